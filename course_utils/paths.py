@@ -1,0 +1,44 @@
+"""Where the course reads and writes files.
+
+Notebooks run with their own folder as the working directory (Jupyter, nbmake, Colab all differ), so
+every path is resolved here, once, from the location of the course itself and never from the
+current directory. Each location can be moved with an environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def repo_root() -> Path:
+    """The course checkout (the folder holding ``notebooks/`` and ``course_utils/``).
+
+    When the package is installed without its checkout (a wheel), the current directory stands in.
+    """
+    candidate = PACKAGE_DIR.parent
+    if (candidate / "notebooks").is_dir():
+        return candidate
+    return Path.cwd()
+
+
+def data_dir() -> Path:
+    """The course's own small data files (``data/`` in the checkout)."""
+    return repo_root() / "data"
+
+
+def output_dir() -> Path:
+    """Training runs, adapters, saved datasets and figures: git-ignored, set by ``COURSE_OUTPUT_DIR``."""
+    path = Path(os.environ.get("COURSE_OUTPUT_DIR", repo_root() / "outputs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Materialized models live here, shared by every checkout: set by ``COURSE_CACHE_DIR``."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-course"
+    path = Path(os.environ.get("COURSE_CACHE_DIR", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

