@@ -152,6 +152,20 @@ def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any,
     return model, tokenizer
 
 
+def generate_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int = 32) -> str:
+    """The model's greedy reply to one chat, through the tokenizer's chat template.
+
+    Greedy, so the same model gives the same text every run: a quick proof that model and tokenizer work.
+    """
+    import torch
+
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    inputs = {name: tensor.to(model.device) for name, tensor in inputs.items()}
+    with torch.inference_mode():
+        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
 def model_source_description(profile: Profile | str | None = None) -> str:
     """One sentence saying where the profile's model comes from."""
     p = get_profile(profile)

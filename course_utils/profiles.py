@@ -251,6 +251,28 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     return PROFILES[key]
 
 
+def profiles_table() -> Any:
+    """The hardware table: one row per profile, the fields a learner compares first."""
+    import pandas as pd
+
+    columns = [
+        "name",
+        "model_id",
+        "device",
+        "dtype",
+        "use_lora",
+        "load_in_4bit",
+        "num_generations",
+        "effective_batch_size",
+        "max_completion_length",
+        "max_steps",
+        "beta",
+        "eval_size",
+    ]
+    rows = [{**p.as_dict(), "effective_batch_size": p.effective_batch_size} for p in PROFILES.values()]
+    return pd.DataFrame(rows)[columns].set_index("name")
+
+
 def describe_profile(profile: Profile | str | None = None) -> str:
     """A few readable lines saying what the profile means for the learner."""
     p = get_profile(profile)

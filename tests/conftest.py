@@ -1,0 +1,31 @@
+"""Shared test set-up: the `ci` profile, no Hub, and the real GSM8K files when they are beside the checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("COURSE_PROFILE", "ci")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    """OpenAI's GSM8K files (train.jsonl, test.jsonl): GSM8K_DIR, else ../shared/data/gsm8k; skipped if absent."""
+    folder = Path(os.environ.get("GSM8K_DIR") or SHARED_GSM8K)
+    if not (folder / "train.jsonl").is_file():
+        pytest.skip(f"real GSM8K files not found in {folder}: set GSM8K_DIR to run these tests")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def offline_model_and_tokenizer():
+    """The offline SmolLM2 model and tokenizer, loaded once for the whole test session (read-only use)."""
+    from course_utils.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("ci")

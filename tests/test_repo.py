@@ -1,0 +1,157 @@
+"""The course's own standards, checked on every run: clean notebooks of one shape, agreeing set-up files."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXPECTED_NOTEBOOKS = [
+    "00_setup",
+    "01_grpo_concepts",
+    "02_gsm8k_data",
+    "03_reward_functions",
+    "04_train_grpo",
+    "05_evaluate",
+    "06_troubleshooting",
+]
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def code_cells(notebook: dict) -> list[str]:
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+
+
+def markdown(notebook: dict) -> list[str]:
+    return ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"]
+
+
+def test_notebooks_are_named_nn_snake_case():
+    assert NOTEBOOKS, "no notebooks found"
+    for path in NOTEBOOKS:
+        assert re.fullmatch(r"\d\d_[a-z0-9]+(_[a-z0-9]+)*\.ipynb", path.name), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_without_outputs_or_widget_state(path):
+    notebook = load(path)
+    assert "widgets" not in notebook.get("metadata", {}), "strip the widget state from the metadata"
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, f"outputs in {path.name}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_starts_with_goals_and_run_time_then_the_colab_cell(path):
+    notebook = load(path)
+    first = notebook["cells"][0]
+    assert first["cell_type"] == "markdown"
+    text = "".join(first["source"]).lower()
+    assert "goal" in text and "run time" in text
+    colab = code_cells(notebook)[0]
+    assert colab == code_cells(load(REPO / "notebooks" / "00_setup.ipynb"))[0], "the Colab cell differs from 00's"
+    assert 'if "google.colab" in sys.modules' in colab and "pip install" in colab
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_ends_with_a_recap_and_checked_exercises(path):
+    notebook = load(path)
+    text = "\n".join(markdown(notebook)).lower()
+    assert "recap" in text and "exercise" in text
+    from course_utils import exercises
+
+    called = set(re.findall(r"\b(check_\d\d_\w+)\(", "\n".join(code_cells(notebook))))
+    assert called, f"{path.name} calls no exercise check"
+    assert all(hasattr(exercises, name) for name in called), called - set(dir(exercises))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_no_path_hacks_or_star_imports(path):
+    source = "\n".join(code_cells(load(path)))
+    assert "sys.path" not in source
+    assert not re.search(r"^\s*from\s+\S+\s+import\s+\*", source, re.MULTILINE)
+
+
+def test_every_course_notebook_exists():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED_NOTEBOOKS
+
+
+def test_package_has_no_path_hacks_or_star_imports():
+    for path in (REPO / "course_utils").rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert "sys.path" not in source, path
+        assert not re.search(r"^\s*from\s+\S+\s+import\s+\*", source, re.MULTILINE), path
+
+
+def test_every_package_module_has_a_test_file():
+    untested = []
+    for path in (REPO / "course_utils").glob("*.py"):
+        if path.stem != "__init__" and not (REPO / "tests" / f"test_{path.stem}.py").is_file():
+            untested.append(path.stem)
+    assert not untested, f"modules without tests/test_<module>.py: {untested}"
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!;\s\[]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_environment_yml_installs_what_pyproject_declares():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + project["optional-dependencies"]["dev"]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    assert "-e ." in pip_section, "environment.yml must install the course package itself"
+    assert sorted(r for r in pip_section if r != "-e .") == sorted(declared), "same specs, same versions"
+    assert _requirement_names([r for r in pip_section if r != "-e ."]) == _requirement_names(declared)
+    assert conda_python.split("=")[1] >= project["requires-python"].lstrip(">=")
+
+
+def test_readme_quick_start_has_exactly_two_commands():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(
+        r"^\s*(make \w+)\s*$", "\n".join(re.findall(r"```(?:bash|sh)?\n(.*?)```", quick_start, re.S)), re.M
+    )
+    assert commands == ["make lab", "make test"]
+
+
+def test_readme_maps_every_notebook_with_a_colab_badge():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for path in NOTEBOOKS:
+        assert f"notebooks/{path.name}" in readme
+        assert re.search(rf"colab\.research\.google\.com/github/\S+/notebooks/{re.escape(path.name)}", readme), (
+            path.name
+        )
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^test:", (REPO / "Makefile").read_text(), re.M)
+
+
+def test_gitignore_covers_venv_caches_and_outputs():
+    ignored = (REPO / ".gitignore").read_text().split()
+    for entry in [".venv/", "__pycache__/", "build/", "outputs/", ".ipynb_checkpoints/"]:
+        assert entry in ignored
+
+
+def test_ruff_is_clean_on_package_tests_and_notebooks():
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "course_utils", "tests", "benchmarks", "notebooks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
