@@ -1,0 +1,116 @@
+"""Tests for the reward lab: the plain function and the ipywidgets UI driven by setting slider values."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils.rewards import DEFAULT_WEIGHTS, REWARD_NAMES, TOTAL_COLUMN, max_total_reward
+from course_utils.widgets import (
+    CALIBRATION_HIGH,
+    CALIBRATION_LOW,
+    SAMPLE_BANK,
+    RewardLab,
+    Sample,
+    calibration_verdict,
+    reward_lab,
+)
+
+ONE_LINE_LABEL = "tags on one line"
+
+
+def weighted(result, row):
+    return sum(w * result.table.at[row, n] for w, n in zip(result.weights, REWARD_NAMES, strict=True))
+
+
+def test_reward_lab_table_totals_and_advantages():
+    result = reward_lab("tuned", "strict")
+    assert list(result.table.columns) == ["label", *REWARD_NAMES, TOTAL_COLUMN, "advantage"]
+    assert len(result.table) == len(SAMPLE_BANK)
+    for row in range(len(SAMPLE_BANK)):
+        assert result.totals[row] == pytest.approx(weighted(result, row))
+    assert result.max_total == pytest.approx(max_total_reward("tuned"))
+    assert result.mean_total == pytest.approx(sum(result.totals) / len(result.totals))
+    assert sum(result.advantages) == pytest.approx(0.0, abs=1e-4)  # one group: advantages centre on 0
+    best = result.totals.index(max(result.totals))
+    assert result.advantages[best] == max(result.advantages)
+
+
+def test_stage_toggle_changes_the_strict_slot():
+    row = [s.label for s in SAMPLE_BANK].index(ONE_LINE_LABEL)
+    lenient, strict = reward_lab("initial", "lenient"), reward_lab("initial", "strict")
+    assert lenient.table.at[row, "strict_format_reward_func"] > strict.table.at[row, "strict_format_reward_func"]
+    assert lenient.mean_total > strict.mean_total
+
+
+@pytest.mark.parametrize(
+    ("fraction", "calibrated", "word"),
+    [
+        (CALIBRATION_LOW - 0.01, False, "too hard"),
+        (0.5, True, "calibrated"),
+        (CALIBRATION_HIGH + 0.01, False, "too easy"),
+    ],
+)
+def test_calibration_verdict(fraction, calibrated, word):
+    ok, text = calibration_verdict(fraction * 4.0, 4.0)
+    assert ok is calibrated and word in text
+
+
+def test_calibration_with_zero_weights_is_not_calibrated():
+    result = reward_lab([0.0] * 5)
+    assert not result.calibrated and "maximum total is 0" in result.verdict
+
+
+def test_reward_lab_bad_input():
+    with pytest.raises(ValueError, match="stage"):
+        reward_lab("initial", "medium")
+    with pytest.raises(ValueError, match="empty"):
+        reward_lab("initial", "strict", bank=[])
+
+
+def test_all_wrong_bank_teaches_nothing():
+    bank = [Sample(f"no tags {i}", "I think it is 7.") for i in range(4)]
+    result = reward_lab("initial", "strict", bank)
+    assert result.frac_reward_zero_std == 1.0
+    assert result.advantages == [0.0] * 4
+
+
+def test_sliders_recompute_the_outputs():
+    lab = RewardLab()
+    assert lab.result.weights == DEFAULT_WEIGHTS["initial"]
+    before = lab.result.mean_total
+    lab.sliders["correctness_reward_func"].value = 4.0
+    assert lab.result.weights[0] == 4.0
+    assert lab.result.mean_total > before
+    assert lab.preset.value == "custom"  # no preset has these weights any more
+    assert lab.result.mean_total == pytest.approx(reward_lab(lab.weights, "strict").mean_total)
+
+
+def test_preset_dropdown_moves_every_slider():
+    lab = RewardLab()
+    lab.preset.value = "tuned"
+    assert lab.weights == DEFAULT_WEIGHTS["tuned"]
+    assert lab.result.weights == DEFAULT_WEIGHTS["tuned"]
+    lab.set_weights("initial")
+    assert lab.preset.value == "initial"
+
+
+def test_toggle_switches_stage():
+    lab = RewardLab(stage="strict")
+    strict_mean = lab.result.mean_total
+    lab.stage.value = "lenient"
+    assert lab.result.stage == "lenient" and lab.result.mean_total > strict_mean
+    assert "GRPOConfig(reward_weights=" in lab.config_line.value
+    assert "calibrated" in lab.verdict.value or "too" in lab.verdict.value
+
+
+@pytest.mark.slow  # importing trl alone takes ~10 s on the shared CPU
+def test_widget_assembles_and_exports_to_grpo_config(tmp_path):
+    from trl import GRPOConfig
+
+    lab = RewardLab(preset="tuned")
+    box = lab.widget
+    assert len(box.children) == 4
+    config = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **lab.grpo_config_kwargs()
+    )
+    assert list(config.reward_weights) == list(DEFAULT_WEIGHTS["tuned"])
