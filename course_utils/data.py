@@ -10,19 +10,30 @@ A GSM8K answer is worked reasoning with calculator notes, then the final number 
 messages (a ``system`` message with the XML format instruction, then the ``user`` question), and
 ``format_gsm8k`` does both for a whole dataset without losing a row silently: a row it cannot parse
 is an error naming the row, or, in the explicit lenient mode, a reported skip.
+
+Also here, for notebook 02 and the pre-flight check: ``check_calculator_notes`` (verifies the bundled
+sample), ``PITFALL_PARSERS`` / ``pitfall_report`` (deliberately wrong parsers and the rows they lose),
+``render_prompt`` / ``continuation_probability`` / ``greedy_replies`` (what the model sees and does),
+``token_length_stats`` / ``reference_length_percentile`` / ``recommended_completion_length``,
+``save_splits`` / ``load_splits`` and ``measure_dataset_vs_dicts``.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import math
+import operator
 import os
 import re
+import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.paths import data_dir
+from course_utils.paths import data_dir, output_dir
 
 SYSTEM_PROMPT = """Respond in the following format:
 <reasoning>
@@ -33,8 +44,13 @@ SYSTEM_PROMPT = """Respond in the following format:
 </answer>"""
 
 HUB_DATASET = ("openai/gsm8k", "main")
+# The bundled sample: 64 problems written for the course (not copied from GSM8K) in the exact GSM8K
+# format. Its last SAMPLE_TEST_ROWS rows are its "test" split, the first 48 its "train" split. Unlike
+# real GSM8K (whose final answers never carry "$" and are all integers), a few sample answers are
+# written "#### $1,200"-style and some are decimals or negative: the sample exercises every
+# normalisation `extract_hash_answer` does, so the notebook and the tests see each case.
 SAMPLE_FILENAME = "gsm8k_sample.jsonl"
-SAMPLE_TEST_ROWS = 16  # the bundled sample's last rows are its held-out "test" split
+SAMPLE_TEST_ROWS = 16
 GSM8K_DIR_ENV_VAR = "GSM8K_DIR"
 SPLITS = ("train", "test")
 
@@ -262,15 +278,24 @@ def _parse_row(row: dict[str, Any], system_prompt: str) -> dict[str, Any]:
     }
 
 
+def _row_problem(index: int, row: Any, system_prompt: str) -> tuple[dict[str, Any] | None, BadRow | None]:
+    """Parse one row: ``(parsed, None)`` when it is usable, ``(None, BadRow)`` saying why when not."""
+    if not isinstance(row, dict):
+        return None, BadRow(index, f"row is a {type(row).__name__}, not a dict", _shown(row))
+    try:
+        return _parse_row(row, system_prompt), None
+    except (ValueError, TypeError) as exc:
+        return None, BadRow(index, str(exc), _shown(row.get("answer")))
+
+
+def _shown(value: Any) -> str:
+    """A short excerpt of a bad value: strings as they are, anything else as its repr."""
+    return _excerpt(value if isinstance(value, str) else repr(value), 40)
+
+
 def find_bad_rows(dataset: Any) -> list[BadRow]:
     """Every row ``format_gsm8k`` would refuse, with the reason: look before you skip."""
-    bad = []
-    for index, row in enumerate(dataset):
-        try:
-            _parse_row(row, SYSTEM_PROMPT)
-        except (ValueError, TypeError) as exc:
-            bad.append(BadRow(index, str(exc), _excerpt(repr(row.get("answer")), 40)))
-    return bad
+    return [bad for index, row in enumerate(dataset) if (bad := _row_problem(index, row, SYSTEM_PROMPT)[1])]
 
 
 def format_gsm8k(dataset: Any, *, lenient: bool = False, system_prompt: str = SYSTEM_PROMPT) -> Any:
@@ -284,14 +309,10 @@ def format_gsm8k(dataset: Any, *, lenient: bool = False, system_prompt: str = SY
 
     parsed, bad = [], []
     for index, row in enumerate(dataset):
-        if not isinstance(row, dict):
-            problem = BadRow(index, f"row is a {type(row).__name__}, not a dict", _excerpt(repr(row), 40))
-        else:
-            try:
-                parsed.append(_parse_row(row, system_prompt))
-                continue
-            except (ValueError, TypeError) as exc:
-                problem = BadRow(index, str(exc), _excerpt(repr(row.get("answer")), 40))
+        good, problem = _row_problem(index, row, system_prompt)
+        if good is not None:
+            parsed.append(good)
+            continue
         if not lenient:
             raise GSM8KFormatError(f"Cannot format {problem}. Fix the row, or pass lenient=True to skip bad rows.")
         bad.append(problem)
@@ -322,3 +343,395 @@ def train_val_split(dataset: Any, val_fraction: float = 0.2, seed: int = 42) -> 
     from datasets import DatasetDict
 
     return DatasetDict({"train": split["train"], "validation": split["test"]})
+
+
+def save_splits(splits: Any, name: str = "gsm8k_train_val") -> Path:
+    """Save a ``DatasetDict`` (Arrow files) under the git-ignored ``output_dir()/datasets/<name>``; return the folder.
+
+    Saved Arrow files are memory-mapped when reloaded: later notebooks get the exact same split back
+    in a fraction of a second, without re-parsing or re-shuffling.
+    """
+    if not name or Path(name).name != name:
+        raise ValueError(f"name must be a plain folder name (no '/' or '..'), got {name!r}")
+    folder = output_dir() / "datasets" / name
+    splits.save_to_disk(str(folder))
+    return folder
+
+
+def load_splits(name_or_path: str | Path = "gsm8k_train_val") -> Any:
+    """Reload what ``save_splits`` wrote: a folder name under ``output_dir()/datasets`` or a path."""
+    from datasets import load_from_disk
+
+    folder = Path(name_or_path)
+    if not folder.is_absolute() and len(folder.parts) == 1:
+        folder = output_dir() / "datasets" / folder
+    if not folder.is_dir():
+        raise FileNotFoundError(f"No saved dataset at {folder}: run save_splits(train_val_split(...)) first.")
+    return load_from_disk(str(folder))
+
+
+# --- Calculator notes ------------------------------------------------------------------------------
+
+_NOTE = re.compile(r"<<([^<>=]*)=([^<>]*)>>")
+_OPERATORS: dict[type, Callable[..., float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def calculator_notes(solution: str) -> list[tuple[str, str]]:
+    """The ``<<expression=result>>`` notes of a GSM8K solution, in order: ``[("48/2", "24"), ...]``."""
+    return _NOTE.findall(solution)
+
+
+def evaluate_arithmetic(expression: str) -> float:
+    """Evaluate ``+ - * /`` arithmetic with parentheses, safely (an AST walk, never ``eval``).
+
+    Raises ``ValueError`` for anything else (names, calls, ``**``, ``%``): a calculator note that is
+    not plain arithmetic cannot be checked, and saying so beats guessing.
+    """
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.operand))
+        raise ValueError(f"not plain arithmetic: {ast.dump(node)[:60]}")
+
+    try:
+        tree = ast.parse(expression.replace(",", "").strip(), mode="eval")
+        return walk(tree.body)
+    except (SyntaxError, ZeroDivisionError) as exc:
+        raise ValueError(f"cannot evaluate {expression!r}: {exc}") from exc
+
+
+def check_calculator_notes(solution: str, rel_tol: float = 1e-6) -> list[str]:
+    """Problems with a solution's calculator notes; ``[]`` when every note is right.
+
+    Each note ``<<expr=value>>`` must evaluate to its value, and the final ``#### answer`` must equal
+    the last note's value. We run this on the bundled sample (whose problems we wrote by hand) so
+    that a typo in our own data cannot teach a wrong answer.
+    """
+    problems = []
+    notes = calculator_notes(solution)
+    for expression, value in notes:
+        try:
+            computed = evaluate_arithmetic(expression)
+            stated = float(normalize_number(value))
+        except ValueError as exc:
+            problems.append(f"<<{expression}={value}>>: {exc}")
+            continue
+        if not math.isclose(computed, stated, rel_tol=rel_tol, abs_tol=1e-9):
+            problems.append(f"<<{expression}={value}>>: the expression gives {computed:g}")
+    if not notes:
+        problems.append("no calculator notes")
+    else:
+        final, last_value = extract_hash_answer(solution), normalize_number(notes[-1][1])
+        if not math.isclose(float(final), float(last_value), rel_tol=rel_tol, abs_tol=1e-9):
+            problems.append(f"final answer {final} differs from the last note's value {last_value}")
+    return problems
+
+
+# --- Pitfalls: DELIBERATELY WRONG parsers, kept for the notebook to measure --------------------------
+
+
+def _pitfall_regex_digits(text: str) -> str | None:
+    match = re.search(r"#### (\d+)", text)  # no sign, no comma, no decimal point, no "$"
+    return match.group(1) if match else None
+
+
+def _pitfall_isdigit_filter(text: str) -> str | None:
+    answer = text.split("####")[-1].strip()
+    return answer if answer.isdigit() else None  # the `ds.filter(lambda r: ... .isdigit())` pattern
+
+
+def _pitfall_int_cast(text: str) -> str | None:
+    return str(int(text.split("####")[-1]))  # int(" 1,000") raises: the row is skipped by try/except
+
+
+def _pitfall_keep_commas(text: str) -> str | None:
+    return text.split("####")[-1].strip()  # "1,000" and "$5" stay as written
+
+
+def _pitfall_keep_dollar(text: str) -> str | None:
+    return text.split("####")[-1].strip().replace(",", "")  # "$1200" never equals "1200"
+
+
+def _pitfall_no_strip(text: str) -> str | None:
+    return text.split("####")[-1].replace(",", "").replace("$", "")  # " 72" != "72"
+
+
+PITFALL_PARSERS: dict[str, tuple[Callable[[str], str | None], str]] = {
+    "regex_digits": (_pitfall_regex_digits, r're.search(r"#### (\d+)", text): no sign, comma, decimal point or $'),
+    "isdigit_filter": (_pitfall_isdigit_filter, "keep rows whose answer .isdigit(): drops -5, 1,000, 2.5, $5"),
+    "int_cast": (_pitfall_int_cast, 'int(text.split("####")[-1]) inside try/except: fails on 1,000 / 2.5 / $5'),
+    "keep_commas": (_pitfall_keep_commas, "split and strip only: 1,000 and $5 stay as written"),
+    "keep_dollar": (_pitfall_keep_dollar, "commas removed, $ kept: $1200 never equals 1200"),
+    "no_strip": (_pitfall_no_strip, "commas and $ removed, no strip(): ' 72' never equals '72'"),
+}
+"""Deliberately WRONG gold-answer parsers, each a classic mistake: never use them outside the lesson.
+
+Each maps a raw GSM8K answer to a string, or ``None`` when the row is LOST (no match, or an exception
+swallowed by the usual ``try/except: continue``). ``pitfall_report`` counts the damage on real rows.
+"""
+
+
+def apply_pitfall(name: str, text: str) -> str | None:
+    """Run one pitfall parser the way careless code does: an exception means the row is silently lost."""
+    if name not in PITFALL_PARSERS:
+        raise KeyError(f"Unknown pitfall {name!r}; choose one of {sorted(PITFALL_PARSERS)}")
+    try:
+        return PITFALL_PARSERS[name][0](text)
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def pitfall_outcomes(name: str, answers: Sequence[str]) -> dict[str, list[int]]:
+    """Row indices the pitfall ``lost`` (no answer at all) and got ``wrong`` (differs from ``extract_hash_answer``)."""
+    lost, wrong = [], []
+    for index, text in enumerate(answers):
+        got = apply_pitfall(name, text)
+        if got is None:
+            lost.append(index)
+        elif got != extract_hash_answer(text):
+            wrong.append(index)
+    return {"lost": lost, "wrong": wrong}
+
+
+def pitfall_report(dataset: Any) -> list[dict[str, Any]]:
+    """For every pitfall parser: rows lost, rows wrong, rows right, and one damaged example.
+
+    ``dataset`` holds raw rows (an ``answer`` column with the full solution). One row per pitfall,
+    ready for ``pandas.DataFrame``.
+    """
+    answers = list(dataset["answer"]) if hasattr(dataset, "column_names") else [row["answer"] for row in dataset]
+    report = []
+    for name, (_, description) in PITFALL_PARSERS.items():
+        outcome = pitfall_outcomes(name, answers)
+        damaged = outcome["lost"] + outcome["wrong"]
+        example = answers[min(damaged)].split("####")[-1] if damaged else ""
+        report.append(
+            {
+                "pitfall": name,
+                "rows": len(answers),
+                "lost": len(outcome["lost"]),
+                "wrong": len(outcome["wrong"]),
+                "right": len(answers) - len(damaged),
+                "example": f"#### {example.strip()}" if damaged else "",
+                "what": description,
+            }
+        )
+    return report
+
+
+# --- Chat prompts through the model's template --------------------------------------------------------
+
+
+def swapped_roles_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
+    """``build_prompt`` with the roles in the WRONG order (user first), for the notebook's demonstration only."""
+    return build_prompt(question, system_prompt)[::-1]
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The exact text the model sees: the chat template applied, with the assistant turn opened."""
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def count_tokens(tokenizer: Any, texts: Sequence[str]) -> list[int]:
+    """Token counts of already-rendered texts (no special tokens added: the template wrote them)."""
+    if not texts:
+        return []
+    return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def greedy_replies(
+    model: Any, tokenizer: Any, conversations: Sequence[list[dict[str, str]]], max_new_tokens: int = 24
+) -> list[str]:
+    """The model's greedy (deterministic) continuation of each chat prompt, generated as one batch.
+
+    A cheap look at what a prompt makes the model do; one batched call (left padding) costs about
+    as much as one prompt on a CPU.
+    """
+    import torch
+
+    if not conversations:
+        return []
+    texts = [render_prompt(tokenizer, messages) for messages in conversations]
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    with torch.inference_mode():
+        output = model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+    return tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def greedy_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int = 24) -> str:
+    """The model's greedy continuation of one chat prompt (see ``greedy_replies``)."""
+    return greedy_replies(model, tokenizer, [messages], max_new_tokens)[0]
+
+
+def continuation_probability(model: Any, tokenizer: Any, messages: list[dict[str, str]], continuation: str) -> float:
+    """Probability that the model's reply to ``messages`` starts with ``continuation`` (one forward pass).
+
+    Cheaper and more telling than sampling: it shows how strongly a prompt steers the model towards,
+    say, ``"<reasoning>"`` as its first words, before any training.
+    """
+    import torch
+
+    if not continuation:
+        raise ValueError("continuation must be a non-empty string")
+    prompt_ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+    continuation_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + continuation_ids], device=model.device)
+    with torch.inference_mode():
+        log_probs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+    targets = ids[0, len(prompt_ids) :]
+    picked = log_probs[len(prompt_ids) - 1 :].gather(1, targets.unsqueeze(1))
+    return float(picked.sum().exp())
+
+
+# --- Token lengths ------------------------------------------------------------------------------------
+
+XML_TEMPLATE = "<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{answer}\n</answer>"
+
+
+@dataclass(frozen=True)
+class TokenLengthStats:
+    """Token lengths per row: the rendered prompt, the reference reasoning, and the XML wrapper around it."""
+
+    prompt_lengths: list[int] = field(repr=False)
+    reasoning_lengths: list[int] = field(repr=False)
+    xml_overhead: int
+
+    def percentile(self, which: str, q: float) -> int:
+        """The ``q``-th percentile of ``"prompt"`` or ``"reasoning"`` lengths: at least ``q`` % of rows fit in it.
+
+        ``method="higher"`` (an observed length, never an interpolated one below it) keeps that promise
+        on small datasets too: with linear interpolation, the 90th percentile of the 48-row sample fits
+        fewer than 90 % of its rows.
+        """
+        import numpy as np
+
+        values = {"prompt": self.prompt_lengths, "reasoning": self.reasoning_lengths}.get(which)
+        if values is None:
+            raise ValueError(f"which must be 'prompt' or 'reasoning', got {which!r}")
+        if not 0 <= q <= 100:
+            raise ValueError(f"q must be a percentile between 0 and 100, got {q}")
+        return int(np.percentile(values, q, method="higher"))
+
+    def fraction_truncated(self, completion_length: int) -> float:
+        """Share of reference solutions (reasoning plus XML wrapper) longer than ``completion_length`` tokens."""
+        needed = [length + self.xml_overhead for length in self.reasoning_lengths]
+        return sum(length > completion_length for length in needed) / len(needed)
+
+    def summary(self, qs: Sequence[float] = (50, 90, 95, 99, 100)) -> dict[str, dict[str, int]]:
+        """``{"prompt": {"p50": ..., ...}, "reasoning": {...}}``, ready for ``pandas.DataFrame``."""
+        return {which: {f"p{q:g}": self.percentile(which, q) for q in qs} for which in ("prompt", "reasoning")}
+
+
+def _texts_for_lengths(dataset: Any) -> tuple[list[list[dict[str, str]]], list[str], list[str]]:
+    """Prompts, reference reasonings and gold answers from raw or formatted rows."""
+    rows = dataset.to_list() if hasattr(dataset, "to_list") else list(dataset)
+    if not rows:
+        raise ValueError("Cannot measure token lengths of an empty dataset.")
+    first = rows[0] if isinstance(rows[0], dict) else {}
+    if "prompt" in first and "reasoning" in first:
+        return [r["prompt"] for r in rows], [r["reasoning"] for r in rows], [r["answer"] for r in rows]
+    if "prompt" in first:
+        raise ValueError(
+            f"Token lengths need raw GSM8K rows (question, answer) or format_gsm8k output (prompt, reasoning); "
+            f"got columns {sorted(first)}. A trainer dataset without 'reasoning' has no reference solutions."
+        )
+    parsed = []
+    for index, row in enumerate(rows):
+        good, problem = _row_problem(index, row, SYSTEM_PROMPT)
+        if problem is not None:
+            raise GSM8KFormatError(f"Cannot measure {problem}. Fix the row or drop it with format_gsm8k(lenient=True).")
+        parsed.append(good)
+    return [r["prompt"] for r in parsed], [r["reasoning"] for r in parsed], [r["answer"] for r in parsed]
+
+
+def token_length_stats(dataset: Any, tokenizer: Any) -> TokenLengthStats:
+    """Token lengths of every prompt (through the chat template) and every reference reasoning.
+
+    ``dataset`` holds raw GSM8K rows or ``format_gsm8k`` output. The XML overhead is the wrapper
+    ``<reasoning>...</reasoning><answer>...</answer>`` around the longest gold answer, plus the end
+    token: what a completion needs on top of its reasoning to earn the format rewards.
+    """
+    prompts, reasonings, answers = _texts_for_lengths(dataset)
+    prompt_lengths = count_tokens(
+        tokenizer, tokenizer.apply_chat_template(prompts, tokenize=False, add_generation_prompt=True)
+    )
+    reasoning_lengths = count_tokens(tokenizer, reasonings)
+    longest_answer = max(answers, key=len)
+    overhead = count_tokens(tokenizer, [XML_TEMPLATE.format(reasoning="", answer=longest_answer)])[0] + 1
+    return TokenLengthStats(prompt_lengths, reasoning_lengths, overhead)
+
+
+def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = 90) -> int:
+    """The ``q``-th percentile of the reference reasoning lengths in tokens.
+
+    A ``max_completion_length`` below the 90th percentile truncates the model before it can finish
+    more than one solution in ten the way the reference does, and a truncated completion has no
+    ``<answer>``: zero reward. Preflight checks compare the setting against this number.
+    """
+    return token_length_stats(dataset, tokenizer).percentile("reasoning", q)
+
+
+def recommended_completion_length(stats: TokenLengthStats, q: float = 90, multiple: int = 16) -> int:
+    """``max_completion_length`` that fits the ``q``-th percentile reference reasoning plus the XML wrapper.
+
+    Rounded up to a ``multiple`` of tokens. Reference solutions are terse (and their ``<<...>>`` notes
+    are not what a model writes), so treat this as a floor: a model's reasoning is usually longer.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be a positive number of tokens, got {multiple}")
+    needed = stats.percentile("reasoning", q) + stats.xml_overhead
+    return math.ceil(needed / multiple) * multiple
+
+
+# --- Measured, not asserted: Dataset vs plain dicts ---------------------------------------------------
+
+
+def _best_time(function: Callable[[], Any], repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def measure_dataset_vs_dicts(dataset: Any, repeats: int = 3) -> list[dict[str, Any]]:
+    """Seconds (best of ``repeats``) for the same jobs on a ``Dataset`` and on a list of dicts.
+
+    Jobs: iterate every row, read one column (``list(ds["answer"])`` and the batch read ``ds[:]["answer"]``),
+    parse every gold answer (``map`` vs a list comprehension).
+    The point of ``Dataset`` is not raw Python speed (it pays for Arrow conversion per row) but
+    memory-mapped storage, caching and being what TRL's trainers expect; this measures the price.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    rows = dataset.to_list()
+    jobs = {
+        "iterate rows": (lambda: [row["answer"] for row in dataset], lambda: [row["answer"] for row in rows]),
+        "read one column": (lambda: list(dataset["answer"]), lambda: [row["answer"] for row in rows]),
+        "read one column, sliced": (lambda: dataset[:]["answer"], lambda: [row["answer"] for row in rows]),
+        "parse gold answers": (
+            lambda: dataset.map(lambda row: {"gold": extract_hash_answer(row["answer"])}, load_from_cache_file=False),
+            lambda: [{**row, "gold": extract_hash_answer(row["answer"])} for row in rows],
+        ),
+    }
+    results = []
+    for job, (with_dataset, with_dicts) in jobs.items():
+        dataset_s, dicts_s = _best_time(with_dataset, repeats), _best_time(with_dicts, repeats)
+        results.append(
+            {"job": job, "rows": len(rows), "Dataset_s": dataset_s, "dicts_s": dicts_s, "ratio": dataset_s / dicts_s}
+        )
+    return results

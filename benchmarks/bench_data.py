@@ -1,0 +1,38 @@
+"""Speed of the data pipeline on the full GSM8K train split: prints ``name: value`` lines.
+
+Run: ``GSM8K_DIR=../shared/data/gsm8k HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_data.py``
+(falls back to the bundled sample when GSM8K is not available).
+"""
+
+from __future__ import annotations
+
+import time
+
+from course_utils.data import format_gsm8k, load_gsm8k, measure_dataset_vs_dicts, pitfall_report, token_length_stats
+
+
+def seconds(function) -> float:
+    started = time.perf_counter()
+    function()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    raw = load_gsm8k("train", verbose=False)
+    print(f"rows: {len(raw)}")
+    print(f"format_gsm8k_s: {seconds(lambda: format_gsm8k(raw)):.3f}")
+    print(f"pitfall_report_s: {seconds(lambda: pitfall_report(raw)):.3f}")
+    for row in measure_dataset_vs_dicts(raw, repeats=3):
+        key = row["job"].replace(" ", "_").replace(",", "")
+        print(f"{key}_dataset_s: {row['Dataset_s']:.5f}")
+        print(f"{key}_dicts_s: {row['dicts_s']:.5f}")
+    from transformers import AutoTokenizer
+
+    from course_utils.models import materialize_offline_model
+
+    tokenizer = AutoTokenizer.from_pretrained(materialize_offline_model())
+    print(f"token_length_stats_s: {seconds(lambda: token_length_stats(raw, tokenizer)):.3f}")
+
+
+if __name__ == "__main__":
+    main()
