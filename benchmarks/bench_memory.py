@@ -1,0 +1,47 @@
+"""Memory estimate versus the measured peak of a real GRPOTrainer run on the CPU.
+
+Runs ``course_utils.memory.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh Python process,
+peak resident memory (``ru_maxrss``) above the post-import baseline, against ``estimate_for_profile`` for the
+same settings. Prints ``name: value`` lines.
+
+    python benchmarks/bench_memory.py                 # ci sizes, full fine-tuning (the test's setting)
+    python benchmarks/bench_memory.py --lora          # ci profile as is (LoRA)
+    python benchmarks/bench_memory.py --profile cpu   # the CPU lab's sizes (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from course_utils.memory import measure_grpo_step_peak, memory_table
+from course_utils.profiles import get_profile
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="ci", help="a CPU profile: ci (default) or cpu")
+    parser.add_argument(
+        "--lora", action="store_true", help="keep the profile's LoRA setting (default: full fine-tuning)"
+    )
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--table", action="store_true", help="also print the memory table for the course's hardware")
+    args = parser.parse_args()
+
+    profile = get_profile(args.profile)
+    if not args.lora:
+        profile = profile.override(use_lora=False, beta=0.0)
+    result = measure_grpo_step_peak(profile, steps=args.steps)
+    estimate = result["estimate"]
+    print(f"profile: {profile.name} ({'LoRA' if profile.use_lora else 'full fine-tuning'}, {args.steps} steps)")
+    print(f"prompt_tokens: {result['prompt_tokens']}")
+    for part in ("weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "kv_cache_gb"):
+        print(f"estimate_{part}: {getattr(estimate, part):.3f}")
+    print(f"memory_estimate_gb: {result['estimate_gb']:.3f}")
+    print(f"memory_measured_peak_gb: {result['increase_gb']:.3f}")
+    print(f"memory_estimate_error_pct: {result['error_pct']:.1f}")
+    if args.table:
+        print(memory_table().to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,568 @@
+"""How much memory a GRPO run needs, estimated from the model's shape and the profile, before loading anything.
+
+Training memory has five parts, and each fix for "out of memory" shrinks a different one:
+
+- **weights**: parameters x bytes per parameter (4 in fp32, 2 in fp16/bf16, about 0.5 in 4-bit);
+- **gradients**: one per *trained* parameter (LoRA trains only the small adapters);
+- **optimizer state**: AdamW keeps two fp32 numbers per trained parameter (8 bytes), an 8-bit AdamW two bytes;
+- **activations**: what the forward pass keeps for the backward pass, proportional to the tokens in one
+  micro-batch (``per_device_train_batch_size`` x (prompt + completion) tokens); gradient checkpointing keeps
+  only each layer's input and recomputes the rest;
+- **generation KV cache**: keys and values of every generated token, for the whole generation batch.
+
+Generation and the backward pass do not happen at the same time, so the estimate adds the larger of
+activations and KV cache to the parts that stay (weights, reference model, gradients, optimizer state).
+The numbers come from the model's config only: nothing is downloaded (``QWEN25_05B`` is written out below).
+
+Checked against reality with ``measure_grpo_step_peak``: real ``GRPOTrainer`` steps in a fresh
+subprocess on the CPU, whose peak resident memory increase must fall within +-30% of the estimate
+(``tests/test_memory.py``, full fine-tuning: about +5%; ``benchmarks/bench_memory.py``). Known gap: LoRA runs
+on the CPU measured 30-60% above the estimate (memory the estimator does not yet account for), so treat LoRA
+estimates as a lower bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from course_utils.profiles import OFFLINE_MODEL_ID, Profile, get_profile
+
+GB = 1024**3
+# A GSM8K chat prompt (system format instruction + question, through the chat template) is about
+# 100-200 tokens; prompts in a batch are left-padded to the longest, so we take the upper end.
+DEFAULT_PROMPT_TOKENS = 200
+# TRL scores completions with a chunked log-softmax (trl/kernels/chunked_logprob.py): at most
+# TOKEN_CHUNK_SIZE positions x _CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries of logits at once.
+LOGPROB_TOKEN_CHUNK = 4096
+LOGPROB_VOCAB_CHUNK = 32768
+# Runtime memory that no tensor accounts for: the CUDA context and allocator slack on a GPU.
+RUNTIME_OVERHEAD_GB = {"cuda": 0.6, "cpu": 0.0}
+BYTES_PER_DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
+# NF4 stores 4 bits per weight plus one (double-quantised) scale per 64 weights: ~0.53 bytes per weight.
+BYTES_PER_4BIT_WEIGHT = 0.53
+OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8.0, "adamw_8bit": 2.0, "sgd": 0.0}
+# Usable memory of the GPUs the course talks about (the card's size minus what the driver keeps).
+GPU_MEMORY_GB = {"T4": 15.0, "A100-40GB": 39.5, "A100-80GB": 79.3, "A800-80GB": 79.3}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer (Llama / Qwen2 style): all the estimator needs.
+
+    ``attention_bias``: Qwen2 has biases on the q/k/v projections, Llama does not.
+    """
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    tie_embeddings: bool
+    head_dim: int | None = None
+    attention_bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelSpec.{name} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the key (and of the value) projection: grouped-query attention makes it small."""
+        return self.num_kv_heads * self.dim_per_head
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer in one decoder block, by the names LoRA targets."""
+        h, kv, i, q = self.hidden_size, self.kv_dim, self.intermediate_size, self.num_heads * self.dim_per_head
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    @property
+    def embedding_parameters(self) -> int:
+        """Input embeddings plus the output head (counted once when they are tied)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_embeddings else 2)
+
+    @property
+    def linear_parameters(self) -> int:
+        """Weights of every linear layer in the decoder blocks (what 4-bit quantisation shrinks)."""
+        return self.num_layers * sum(a * b for a, b in self.module_shapes().values())
+
+    @property
+    def num_parameters(self) -> int:
+        """Every parameter: embeddings, linear layers, q/k/v biases, RMSNorm weights (2 per block + final)."""
+        biases = self.num_layers * (self.num_heads * self.dim_per_head + 2 * self.kv_dim) if self.attention_bias else 0
+        norms = (2 * self.num_layers + 1) * self.hidden_size
+        return self.embedding_parameters + self.linear_parameters + biases + norms
+
+    def lora_parameters(self, r: int, target_modules: tuple[str, ...] | list[str]) -> int:
+        """Adapter parameters: each targeted linear layer gains A (in x r) and B (r x out)."""
+        shapes = self.module_shapes()
+        unknown = sorted(set(target_modules) - set(shapes))
+        if unknown:
+            raise ValueError(f"Unknown LoRA target module(s) {unknown}; this model has {sorted(shapes)}")
+        if r < 1:
+            raise ValueError(f"LoRA rank r must be >= 1, got {r}")
+        return self.num_layers * sum(r * (shapes[m][0] + shapes[m][1]) for m in target_modules)
+
+
+# Qwen2.5-0.5B(-Instruct), from its config.json on the Hub (written out so that nothing is downloaded):
+# hidden_size 896, num_hidden_layers 24, num_attention_heads 14, num_key_value_heads 2,
+# intermediate_size 4864, vocab_size 151936, tie_word_embeddings true, q/k/v projections with bias.
+# That makes 494,032,768 parameters, the "0.49B" of the model card.
+QWEN25_05B = ModelSpec(
+    name="Qwen2.5-0.5B-Instruct",
+    hidden_size=896,
+    num_layers=24,
+    num_heads=14,
+    num_kv_heads=2,
+    intermediate_size=4864,
+    vocab_size=151936,
+    tie_embeddings=True,
+    attention_bias=True,
+)
+
+
+def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
+    """A ``ModelSpec`` from a transformers config object, a config dict, or a folder holding ``config.json``."""
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        path = path / "config.json" if path.is_dir() else path
+        if not path.is_file():
+            raise FileNotFoundError(f"No config.json at {path}: pass a model folder, a config file or a config object")
+        config = json.loads(path.read_text())
+    values = config if isinstance(config, dict) else config.to_dict()
+    required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+    missing = [key for key in required if key not in values]
+    if missing:
+        raise ValueError(f"The model config lacks {missing}: the estimator needs a decoder-only (Llama/Qwen) config")
+    return ModelSpec(
+        name=name or values.get("_name_or_path") or values.get("model_type", "model"),
+        hidden_size=values["hidden_size"],
+        num_layers=values["num_hidden_layers"],
+        num_heads=values["num_attention_heads"],
+        num_kv_heads=values.get("num_key_value_heads") or values["num_attention_heads"],
+        intermediate_size=values["intermediate_size"],
+        vocab_size=values["vocab_size"],
+        tie_embeddings=bool(values.get("tie_word_embeddings", False)),
+        head_dim=values.get("head_dim"),
+        attention_bias=bool(values.get("attention_bias", values.get("model_type") == "qwen2")),
+    )
+
+
+def smollm2_spec() -> ModelSpec:
+    """The offline SmolLM2-135M-Instruct's shape, read from the materialized model's ``config.json``."""
+    from course_utils.models import materialize_offline_model
+
+    return spec_from_config(materialize_offline_model(), name="SmolLM2-135M-Instruct")
+
+
+def spec_for_profile(profile: Profile | str | None = None) -> ModelSpec:
+    """The profile's model shape: SmolLM2 offline, Qwen2.5-0.5B from the constant above otherwise."""
+    p = get_profile(profile)
+    if p.model_id == OFFLINE_MODEL_ID:
+        return smollm2_spec()
+    if p.model_id.split("/")[-1].startswith("Qwen2.5-0.5B"):
+        return QWEN25_05B
+    raise ValueError(f"No built-in shape for {p.model_id!r}: pass spec=spec_from_config(model.config)")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The estimated peak memory of a GRPO run, by part, in GB (1 GB = 2**30 bytes)."""
+
+    label: str
+    parameters: int
+    trainable_parameters: int
+    weights_gb: float
+    reference_model_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    kv_cache_gb: float
+    overhead_gb: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def total_gb(self) -> float:
+        """Persistent parts plus the larger of the two phases (backward pass vs generation)."""
+        persistent = self.weights_gb + self.reference_model_gb + self.gradients_gb + self.optimizer_gb
+        return persistent + max(self.activations_gb, self.kv_cache_gb) + self.overhead_gb
+
+    def as_row(self) -> dict[str, Any]:
+        """One table row: the parts rounded to 0.01 GB, plus the total."""
+        row = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items() if k != "notes"}
+        row["total_gb"] = round(self.total_gb, 2)
+        return row
+
+
+def _activation_values_per_token(spec: ModelSpec, gradient_checkpointing: bool) -> float:
+    """Numbers kept per token per decoder block for the backward pass.
+
+    Counted for a Llama/Qwen block: two RMSNorms (input and output each: 4h), q and attention output
+    (2h), the o_proj input (h), k and v (2 kv), the MLP's gate, SiLU(gate), up and their product (4 x
+    intermediate), plus the residual stream (h). With gradient checkpointing only the block input (h)
+    is kept, and one block's full set is rebuilt during the backward pass (added separately).
+    """
+    if gradient_checkpointing:
+        return float(spec.hidden_size)
+    return 8.0 * spec.hidden_size + 2.0 * spec.kv_dim + 4.0 * spec.intermediate_size
+
+
+def estimate_memory(
+    spec: ModelSpec,
+    *,
+    dtype: str = "float32",
+    use_lora: bool = False,
+    lora_r: int = 16,
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    load_in_4bit: bool = False,
+    optimizer: str = "adamw",
+    per_device_train_batch_size: int = 8,
+    steps_per_generation: int = 1,
+    max_completion_length: int = 256,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    gradient_checkpointing: bool = False,
+    beta: float = 0.0,
+    device: str = "cpu",
+    label: str | None = None,
+) -> MemoryEstimate:
+    """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
+
+    ``dtype`` is the dtype the weights are loaded in (fp32 on the CPU). A reference model is counted
+    only where TRL builds one: ``beta > 0`` without LoRA (with LoRA, TRL disables the adapter instead).
+    LoRA adapters are kept in fp32. Activations assume memory-efficient attention (no seq x seq scores).
+    Not included: vLLM's own reservation (``vllm_gpu_memory_utilization``) when generation uses vLLM.
+    """
+    if dtype not in BYTES_PER_DTYPE:
+        raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
+    if optimizer not in OPTIMIZER_BYTES_PER_PARAM:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_BYTES_PER_PARAM)}, got {optimizer!r}")
+    if device not in RUNTIME_OVERHEAD_GB:
+        raise ValueError(f"device must be one of {sorted(RUNTIME_OVERHEAD_GB)}, got {device!r}")
+    for name, value in [
+        ("per_device_train_batch_size", per_device_train_batch_size),
+        ("steps_per_generation", steps_per_generation),
+        ("max_completion_length", max_completion_length),
+        ("prompt_tokens", prompt_tokens),
+    ]:
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if load_in_4bit and not use_lora:
+        raise ValueError("A 4-bit model cannot be fine-tuned directly: set use_lora=True (QLoRA) or load_in_4bit=False")
+
+    width = BYTES_PER_DTYPE[dtype]
+    params = spec.num_parameters
+    notes: list[str] = []
+    if load_in_4bit:
+        weights = spec.linear_parameters * BYTES_PER_4BIT_WEIGHT + (params - spec.linear_parameters) * width
+    else:
+        weights = params * width
+    if use_lora:
+        trainable = spec.lora_parameters(lora_r, lora_target_modules)
+        weights += trainable * 4.0
+        gradients = trainable * 4.0
+    else:
+        trainable = params
+        gradients = params * width
+    optimizer_bytes = trainable * OPTIMIZER_BYTES_PER_PARAM[optimizer]
+    reference = weights if beta > 0 and not use_lora else 0.0
+    if beta > 0 and use_lora:
+        notes.append("beta > 0 with LoRA: no reference copy, TRL switches the adapter off instead")
+
+    sequence = prompt_tokens + max_completion_length
+    tokens = per_device_train_batch_size * sequence
+    act_width = width  # activations come out in the weights' dtype
+    per_token = _activation_values_per_token(spec, gradient_checkpointing) * spec.num_layers
+    if gradient_checkpointing:
+        per_token += _activation_values_per_token(spec, False)  # the block being recomputed
+    # TRL's chunked log-softmax never holds full logits: one buffer of at most 4096 positions x 32768
+    # vocabulary entries, plus an fp32 gradient of the output head when that head is trained.
+    scored = tokens if device == "cpu" else per_device_train_batch_size * max_completion_length
+    logits = min(scored, LOGPROB_TOKEN_CHUNK) * min(spec.vocab_size, LOGPROB_VOCAB_CHUNK) * act_width
+    if not use_lora:
+        logits += spec.vocab_size * spec.hidden_size * 4.0
+    embeddings_out = tokens * spec.hidden_size * 2  # embedding output and final norm
+    activations = tokens * per_token * act_width + logits + embeddings_out * act_width
+    generation_batch = per_device_train_batch_size * steps_per_generation
+    kv_cache = 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
+    return MemoryEstimate(
+        label=label or spec.name,
+        parameters=params,
+        trainable_parameters=trainable,
+        weights_gb=weights / GB,
+        reference_model_gb=reference / GB,
+        gradients_gb=gradients / GB,
+        optimizer_gb=optimizer_bytes / GB,
+        activations_gb=activations / GB,
+        kv_cache_gb=kv_cache / GB,
+        overhead_gb=RUNTIME_OVERHEAD_GB[device],
+        notes=tuple(notes),
+    )
+
+
+def estimate_for_profile(
+    profile: Profile | str | None = None,
+    spec: ModelSpec | None = None,
+    *,
+    optimizer: str = "adamw",
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    label: str | None = None,
+) -> MemoryEstimate:
+    """The estimate for a course profile (sizes read from ``course_utils.profiles``).
+
+    The weights' dtype is the profile's ``train_dtype`` when it has one (the CPU lab trains in bf16 on CPUs
+    that support it), else its ``dtype``.
+    """
+    p = get_profile(profile)
+    return estimate_memory(
+        spec or spec_for_profile(p),
+        dtype=p.train_dtype or p.dtype,
+        use_lora=p.use_lora,
+        lora_r=p.lora_r,
+        lora_target_modules=p.lora_target_modules,
+        load_in_4bit=p.load_in_4bit,
+        optimizer=optimizer,
+        per_device_train_batch_size=p.per_device_train_batch_size,
+        steps_per_generation=p.gradient_accumulation_steps,
+        max_completion_length=p.max_completion_length,
+        prompt_tokens=prompt_tokens,
+        gradient_checkpointing=p.gradient_checkpointing,
+        beta=p.beta,
+        device=p.device,
+        label=label or f"{p.name}",
+    )
+
+
+def memory_table() -> Any:
+    """Qwen2.5-0.5B on T4 / A100 / A800 (several set-ups) and the CPU lab's SmolLM2, as a DataFrame.
+
+    Each row: the parts in GB, the total, the memory the hardware offers, and whether it fits.
+    """
+    import pandas as pd
+
+    t4, gpu, cpu = get_profile("colab-t4"), get_profile("gpu"), get_profile("cpu")
+    lab_setup = f"cpu profile: {cpu.train_dtype or cpu.dtype}, " + (f"LoRA r={cpu.lora_r}" if cpu.use_lora else "full")
+    full_fp16 = t4.override(use_lora=False, load_in_4bit=False, gradient_checkpointing=False)
+    rows = [
+        ("T4", "colab-t4 profile: 4-bit + LoRA, fp16, checkpointing", estimate_for_profile(t4)),
+        ("T4", "full fine-tuning fp16, AdamW, no checkpointing", estimate_for_profile(full_fp16)),
+        (
+            "T4",
+            "same, 8-bit AdamW + checkpointing",
+            estimate_for_profile(full_fp16.override(gradient_checkpointing=True), optimizer="adamw_8bit"),
+        ),
+        ("A100-40GB", "gpu profile: bf16 + LoRA r=32", estimate_for_profile(gpu)),
+        ("A100-40GB", "gpu profile, full fine-tuning bf16", estimate_for_profile(gpu.override(use_lora=False))),
+        ("A800-80GB", "gpu profile, full fine-tuning bf16", estimate_for_profile(gpu.override(use_lora=False))),
+    ]
+    records = []
+    for hardware, setup, est in rows:
+        record = {"hardware": hardware, "model": QWEN25_05B.name, "setup": setup, **est.as_row()}
+        record["available_gb"] = GPU_MEMORY_GB[hardware]
+        records.append(record)
+    lab = estimate_for_profile(cpu)
+    records.append(
+        {
+            "hardware": "CPU (laptop)",
+            "model": "SmolLM2-135M-Instruct",
+            "setup": lab_setup,
+            **lab.as_row(),
+            "available_gb": None,
+        }
+    )
+    table = pd.DataFrame(records).drop(columns=["label"])
+    table["fits"] = [
+        None if a is None or pd.isna(a) else t <= a for t, a in zip(table.total_gb, table.available_gb, strict=True)
+    ]
+    return table
+
+
+def what_if_table(profile: Profile | str, changes: dict[str, dict[str, Any]], spec: ModelSpec | None = None) -> Any:
+    """How each fix changes the estimate: one row per named set of profile overrides (plus ``optimizer``).
+
+    ``changes`` maps a label to overrides, e.g. ``{"LoRA": {"use_lora": True}, "8-bit Adam": {"optimizer":
+    "adamw_8bit"}}``; every row starts again from ``profile``.
+    """
+    import pandas as pd
+
+    base = get_profile(profile)
+    rows = []
+    for label, overrides in {"as configured": {}, **changes}.items():
+        overrides = dict(overrides)
+        optimizer = overrides.pop("optimizer", "adamw")
+        est = estimate_for_profile(base.override(**overrides), spec, optimizer=optimizer, label=label)
+        rows.append(est.as_row())
+    return pd.DataFrame(rows).set_index("label")
+
+
+# The troubleshooting notebook's out-of-memory example: Qwen2.5-0.5B fully fine-tuned in fp32 on a T4 with
+# a large batch and long completions, and the fixes one at a time (each row of what_if_table starts afresh).
+OOM_BASE = get_profile("colab-t4").override(
+    name="oom-example",
+    dtype="float32",
+    use_lora=False,
+    load_in_4bit=False,
+    gradient_checkpointing=False,
+    per_device_train_batch_size=16,
+    gradient_accumulation_steps=1,
+    max_completion_length=512,
+)
+OOM_FIXES: dict[str, dict[str, Any]] = {
+    "batch 4 x accumulation 4": {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4},
+    "gradient checkpointing": {"gradient_checkpointing": True},
+    "fp16 weights": {"dtype": "float16"},
+    "8-bit AdamW": {"optimizer": "adamw_8bit"},
+    "LoRA": {"use_lora": True},
+    "4-bit + LoRA": {"use_lora": True, "load_in_4bit": True},
+    "all: colab-t4 profile": {
+        "dtype": "float16",
+        "use_lora": True,
+        "load_in_4bit": True,
+        "gradient_checkpointing": True,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 2,
+        "max_completion_length": 256,
+    },
+}
+
+
+# --- Measuring the real thing ---------------------------------------------------------------------
+
+
+def _rss_gb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / GB
+
+
+def _peak_rss_gb() -> float:
+    import resource
+
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    return peak_kb * 1024 / GB
+
+
+def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
+    """Inside the fresh subprocess: one real GRPOTrainer run; peak RSS above the post-import baseline."""
+    import torch
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    from course_utils.data import load_gsm8k
+    from course_utils.models import load_model_and_tokenizer
+
+    p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
+    torch.manual_seed(0)
+    rows = p.per_device_train_batch_size * p.gradient_accumulation_steps * steps // p.num_generations
+    dataset = load_gsm8k("train", formatted=True, limit=max(rows, 1), verbose=False)
+    baseline = _rss_gb()
+    model, tokenizer = load_model_and_tokenizer(p)
+    if p.train_dtype:
+        model = model.to(getattr(torch, p.train_dtype))
+    after_load = _rss_gb()
+    prompts = [tokenizer.apply_chat_template(r, add_generation_prompt=True, tokenize=False) for r in dataset["prompt"]]
+    prompt_tokens = max(len(tokenizer(text)["input_ids"]) for text in prompts)
+
+    def length_reward(completions: list, **_: Any) -> list[float]:
+        return [len(c[0]["content"]) / 100 for c in completions]
+
+    args = GRPOConfig(
+        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "course-memory-measure"),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        max_steps=steps,
+        per_device_train_batch_size=p.per_device_train_batch_size,
+        num_generations=p.num_generations,
+        gradient_accumulation_steps=p.gradient_accumulation_steps,
+        max_completion_length=p.max_completion_length,
+        learning_rate=p.learning_rate,
+        beta=p.beta,
+        gradient_checkpointing=p.gradient_checkpointing,
+        generation_kwargs={"min_new_tokens": p.max_completion_length},  # full-length completions: the worst case
+    )
+    peft_config = None
+    if p.use_lora:
+        peft_config = LoraConfig(
+            r=p.lora_r, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules), task_type="CAUSAL_LM"
+        )
+    trainer = GRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=length_reward,
+        args=args,
+        train_dataset=dataset,
+        peft_config=peft_config,
+    )
+    trainer.train()
+    peak = _peak_rss_gb()
+    return {
+        "baseline_gb": baseline,
+        "peak_gb": peak,
+        "increase_gb": peak - baseline,
+        "after_load_gb": after_load - baseline,
+        "prompt_tokens": prompt_tokens,
+    }
+
+
+def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeout: float = 900) -> dict[str, Any]:
+    """Run ``steps`` real GRPOTrainer steps on the CPU in a fresh Python process; compare with the estimate.
+
+    Two steps by default: the optimizer state only exists after the first step, so the second step is
+    the first to hold weights, optimizer state, activations and gradients together (the estimate's peak).
+
+    A fresh process so that nothing this process already allocated hides in the peak. The peak resident
+    set size (``ru_maxrss``) minus the resident size after the imports is the training run's own memory.
+    Completions are forced to full length (the estimate's worst case). Returns the measurement, the
+    estimate for the same settings and the error in percent.
+    """
+    p = get_profile(profile)
+    if p.device != "cpu" or p.model_source != "offline":
+        raise ValueError(
+            f"Measuring needs a CPU profile with the offline model; {p.name!r} is {p.device}/{p.model_source}"
+        )
+    code = (
+        "import sys, json; from course_utils.memory import _run_measurement as run; "
+        "print(json.dumps(run(sys.argv[1], int(sys.argv[2]))))"
+    )
+    # A fixed mmap threshold makes glibc return every large freed block to the OS at once, so the resident
+    # size follows the live tensors instead of the allocator's cache (otherwise it only ever grows).
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MALLOC_MMAP_THRESHOLD_": "131072"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(p.as_dict()), str(steps)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"The measurement subprocess failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    estimate = estimate_for_profile(p, prompt_tokens=measured["prompt_tokens"])
+    error = 100 * (estimate.total_gb - measured["increase_gb"]) / measured["increase_gb"]
+    return {**measured, "profile": p.name, "estimate_gb": estimate.total_gb, "error_pct": error, "estimate": estimate}

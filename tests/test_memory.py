@@ -1,0 +1,138 @@
+"""The memory estimator: its parameter counts against real models, its parts against their definitions,
+and its total against the measured peak of a real GRPOTrainer run on the CPU (within +-30%)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.memory import (
+    GB,
+    QWEN25_05B,
+    ModelSpec,
+    estimate_for_profile,
+    estimate_memory,
+    measure_grpo_step_peak,
+    memory_table,
+    smollm2_spec,
+    spec_from_config,
+    what_if_table,
+)
+from course_utils.models import load_model_and_tokenizer
+from course_utils.profiles import get_profile
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    model, tokenizer = load_model_and_tokenizer("ci")
+    return model, tokenizer
+
+
+def test_qwen_parameter_count_matches_the_model_card():
+    # The Hub lists Qwen2.5-0.5B-Instruct as "494M params" (0.49B in the Qwen2.5 report).
+    assert round(QWEN25_05B.num_parameters / 1e6) == 494
+
+
+def test_smollm2_spec_counts_the_real_model(smollm2):
+    model, _ = smollm2
+    real = sum(p.numel() for p in model.parameters())  # tied head counted once, like the spec
+    assert smollm2_spec().num_parameters == real
+    assert spec_from_config(model.config).num_parameters == real
+
+
+def test_lora_count_matches_peft(smollm2):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = load_model_and_tokenizer("ci")
+    targets = ("q_proj", "v_proj", "down_proj")
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=list(targets), task_type="CAUSAL_LM"))
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert smollm2_spec().lora_parameters(4, targets) == trainable
+
+
+def test_kv_cache_matches_a_real_cache(smollm2):
+    model, _ = smollm2
+    batch, length = 3, 20
+    ids = torch.randint(5, 1000, (batch, length))
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    real = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers) * 4  # fp32
+    est = estimate_memory(
+        smollm2_spec(), per_device_train_batch_size=batch, prompt_tokens=length - 1, max_completion_length=1
+    )
+    assert est.kv_cache_gb * GB == pytest.approx(real)
+
+
+def test_each_fix_shrinks_its_part():
+    base = dict(dtype="float16", per_device_train_batch_size=8, max_completion_length=256, device="cuda")
+    full = estimate_memory(QWEN25_05B, **base)
+    lora = estimate_memory(QWEN25_05B, use_lora=True, **base)
+    qlora = estimate_memory(QWEN25_05B, use_lora=True, load_in_4bit=True, **base)
+    eight_bit = estimate_memory(QWEN25_05B, optimizer="adamw_8bit", **base)
+    ckpt = estimate_memory(QWEN25_05B, gradient_checkpointing=True, **base)
+    half_batch = estimate_memory(QWEN25_05B, **{**base, "per_device_train_batch_size": 4})
+    fp32 = estimate_memory(QWEN25_05B, **{**base, "dtype": "float32"})
+    assert lora.optimizer_gb < full.optimizer_gb / 20 and lora.gradients_gb < full.gradients_gb / 20
+    assert qlora.weights_gb < 0.6 * lora.weights_gb
+    assert eight_bit.optimizer_gb == pytest.approx(full.optimizer_gb / 4)
+    assert ckpt.activations_gb < full.activations_gb / 3
+    assert half_batch.activations_gb < 0.6 * full.activations_gb  # the output head's gradient stays
+    assert fp32.weights_gb == pytest.approx(2 * full.weights_gb)
+    # AdamW: two fp32 states per trained parameter.
+    assert full.optimizer_gb * GB == pytest.approx(8 * QWEN25_05B.num_parameters)
+
+
+def test_reference_model_only_without_lora():
+    with_ref = estimate_memory(QWEN25_05B, beta=0.04)
+    assert with_ref.reference_model_gb == pytest.approx(with_ref.weights_gb)
+    assert estimate_memory(QWEN25_05B, beta=0.0).reference_model_gb == 0
+    assert estimate_memory(QWEN25_05B, beta=0.04, use_lora=True).reference_model_gb == 0
+
+
+def test_total_is_persistent_parts_plus_the_larger_phase():
+    est = estimate_for_profile("colab-t4")
+    persistent = est.weights_gb + est.reference_model_gb + est.gradients_gb + est.optimizer_gb
+    assert est.total_gb == pytest.approx(persistent + max(est.activations_gb, est.kv_cache_gb) + est.overhead_gb)
+
+
+def test_memory_table_covers_the_course_hardware():
+    table = memory_table()
+    assert {"T4", "A100-40GB", "A800-80GB", "CPU (laptop)"} <= set(table.hardware)
+    colab = table[table.setup.str.startswith("colab-t4")].iloc[0]
+    assert colab.fits and colab.total_gb < colab.available_gb
+    assert (table.total_gb > 0).all()
+
+
+def test_what_if_table_starts_from_the_profile():
+    table = what_if_table("colab-t4", {"no checkpointing": {"gradient_checkpointing": False}})
+    assert table.loc["as configured", "total_gb"] == pytest.approx(estimate_for_profile("colab-t4").total_gb, abs=0.01)
+    assert table.loc["no checkpointing", "activations_gb"] > table.loc["as configured", "activations_gb"]
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="dtype"):
+        estimate_memory(QWEN25_05B, dtype="int8")
+    with pytest.raises(ValueError, match="optimizer"):
+        estimate_memory(QWEN25_05B, optimizer="lion")
+    with pytest.raises(ValueError, match="use_lora=True"):
+        estimate_memory(QWEN25_05B, load_in_4bit=True)
+    with pytest.raises(ValueError, match="per_device_train_batch_size"):
+        estimate_memory(QWEN25_05B, per_device_train_batch_size=0)
+    with pytest.raises(ValueError, match="Unknown LoRA target"):
+        QWEN25_05B.lora_parameters(8, ["qkv_proj"])
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):
+        ModelSpec("x", 64, 2, 4, 3, 128, 100, True)
+    with pytest.raises(ValueError, match="lacks"):
+        spec_from_config({"hidden_size": 8})
+    with pytest.raises(FileNotFoundError):
+        spec_from_config("/nonexistent/folder")
+    with pytest.raises(ValueError, match="CPU profile"):
+        measure_grpo_step_peak("colab-t4")
+
+
+@pytest.mark.slow
+def test_estimate_within_30_percent_of_a_real_grpo_run():
+    """Two real GRPOTrainer steps (ci profile sizes, full fine-tuning) in a fresh process on the CPU."""
+    result = measure_grpo_step_peak(get_profile("ci").override(use_lora=False, beta=0.0), steps=2)
+    assert result["increase_gb"] > 0.5  # the weights alone are 0.5 GB: the measurement saw the run
+    assert abs(result["error_pct"]) <= 30, result

@@ -1,0 +1,78 @@
+"""Every figure function draws the data it is given and returns a Figure (no display needed).
+
+Figures owned by one topic are also tested beside it (test_data, test_training, test_evaluation); this file
+checks the rest, and that each figure really carries the numbers passed in.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from course_utils import plotting
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plotting.plt.close("all")
+
+
+def test_group_advantages_draws_rewards_and_signed_advantages():
+    fig = plotting.plot_group_advantages(["a", "b", "c"], [1.0, 0.0, 2.0], [0.0, -1.0, 1.0], title="one group")
+    rewards_ax, advantages_ax = fig.axes
+    assert [bar.get_height() for bar in rewards_ax.patches] == [1.0, 0.0, 2.0]
+    assert [bar.get_height() for bar in advantages_ax.patches] == [0.0, -1.0, 1.0]
+    assert fig._suptitle.get_text() == "one group"
+
+
+def test_clipped_objective_has_one_curve_per_advantage_and_the_clip_edges():
+    ratios = list(np.linspace(0.5, 1.5, 11))
+    fig = plotting.plot_clipped_objective(ratios, {"A=+1": ratios, "A=-1": [-r for r in ratios]}, epsilon=0.2)
+    ax = fig.axes[0]
+    xs = sorted({line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2})
+    assert xs == pytest.approx([0.8, 1.0, 1.2])
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"A=+1", "A=-1"}
+
+
+def test_k3_kl_draws_the_optional_exact_curve():
+    assert len(plotting.plot_k3_kl([0.0, 0.5], [0.0, 0.15]).axes[0].lines) == 1
+    assert len(plotting.plot_k3_kl([0.0, 0.5], [0.0, 0.15], exact=[0.0, 0.125]).axes[0].lines) == 2
+
+
+def test_reward_totals_marks_the_mean():
+    fig = plotting.plot_reward_totals([1.0, 2.0, 3.0], max_total=4.0)
+    means = [line.get_xdata()[0] for line in fig.axes[0].lines]
+    assert means == [2.0]
+
+
+def test_reward_curve_with_and_without_target():
+    fig = plotting.plot_reward_curve([0, 1, 2], [0.1, 1.0, 0.1], "length", "length reward", marker=1)
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.1, 1.0, 0.1]
+    assert fig.axes[0].get_legend() is not None
+    assert plotting.plot_reward_curve([0, 1], [0, 1], "x", "t").axes[0].get_legend() is None
+
+
+def test_train_vs_validation_uses_two_axes():
+    fig = plotting.plot_train_vs_validation(
+        [{"step": 1, "reward": 0.1}, {"step": 2, "reward": 0.5}], [{"step": 2, "accuracy": 0.2}]
+    )
+    assert len(fig.axes) == 2
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.1, 0.5]
+    assert list(fig.axes[1].lines[0].get_ydata()) == [0.2]
+
+
+def test_memory_breakdown_stacks_parts_to_the_total():
+    parts = {"weights_gb": [1.0], "reference_model_gb": [0.0], "gradients_gb": [0.5], "optimizer_gb": [1.0],
+             "overhead_gb": [0.5], "activations_gb": [2.0], "kv_cache_gb": [1.0]}  # fmt: skip
+    fig = plotting.plot_memory_breakdown(pd.DataFrame(parts, index=["full"]), available_gb=16)
+    top = max(bar.get_y() + bar.get_height() for bar in fig.axes[0].patches)
+    assert top == pytest.approx(5.0)  # 3.0 of states + the larger of activations (2.0) and KV cache (1.0)
+
+
+def test_figures_render_headless():
+    fig = plotting.plot_k3_kl([0.0, 1.0], [0.0, 0.7])
+    fig.canvas.draw()
+    assert matplotlib.get_backend()
