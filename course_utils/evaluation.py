@@ -1,0 +1,628 @@
+"""Evaluation: did GRPO change the model, and at what cost? Numbers a learner can trust.
+
+Three ideas shape this module:
+
+* **One scorer.** ``score_completions`` turns completion texts into every metric. ``evaluate_model`` (batched
+  generation) and ``evaluate_one_at_a_time`` (the popular tutorial's loop) both call it, and so do the tests with
+  hand-written completions, so a metric cannot mean one thing in the notebook and another in the tests.
+* **The same definitions as training.** Answers are checked with ``course_utils.rewards.answers_match``
+  (math-verify with a numeric fallback) and formats with the strict and soft format *reward functions*: the
+  evaluation measures exactly what GRPO was rewarded for. Exact string match is reported next to it, to show how
+  much the checker matters.
+* **Error bars.** With 8 or 50 problems, "accuracy 25%" means little without its 95% Wilson interval.
+
+Generation is greedy (reproducible), through the chat template, batched with left padding, and sorted by prompt
+length so that each batch pads as little as possible (the original order is restored afterwards).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from numbers import Integral, Real
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any
+
+# The rates that get a confidence interval, in the order tables show them.
+RATE_METRICS = ("accuracy", "exact_match_accuracy", "format_score", "soft_format_score", "truncation_rate")
+# The non-rate metrics ``compare_results`` also lists.
+OTHER_METRICS = ("mean_completion_tokens", "tokens_per_second", "problems_per_second")
+_RECORD_KEY = {  # which per-problem flag each rate counts
+    "accuracy": "correct",
+    "exact_match_accuracy": "exact_match",
+    "format_score": "formatted",
+    "soft_format_score": "soft_formatted",
+    "truncation_rate": "truncated",
+}
+
+
+# --- Confidence intervals --------------------------------------------------------------------------
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval for a rate of ``successes`` out of ``n``, as ``(low, high)``.
+
+    Why Wilson and not the textbook ``p ± z·sqrt(p(1-p)/n)``: on small evaluation sets and rates near 0 or 1
+    (format compliance before and after GRPO is exactly that), the textbook interval collapses to zero width at
+    0/n and n/n and can leave [0, 1]; Wilson's stays inside [0, 1] and keeps a sensible width.
+
+    ``n == 0`` returns ``(0.0, 1.0)``: with no observations every rate is plausible, and the widest possible
+    interval says so instead of raising or inventing a number.
+    """
+    for name, value in (("successes", successes), ("n", n)):
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise TypeError(f"{name} must be a whole number (int), got {type(value).__name__} {value!r}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0 (the number of trials), got {n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be between 0 and n={n}, got {successes}")
+    if isinstance(confidence, bool) or not isinstance(confidence, Real) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number strictly between 0 and 1 (e.g. 0.95), got {confidence!r}")
+    if n == 0:
+        return (0.0, 1.0)
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half_width = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    # At 0/n and n/n the bound is exactly 0 or 1 in exact arithmetic; floating point leaves ~1e-17 otherwise.
+    low = 0.0 if successes == 0 else max(0.0, center - half_width)
+    high = 1.0 if successes == n else min(1.0, center + half_width)
+    return (low, high)
+
+
+# --- Scoring ---------------------------------------------------------------------------------------
+
+
+def _completion_text(completion: Any, index: int) -> str:
+    """A completion as text, read like the rewards read it: a string, or TRL's ``[{"role": ..., "content": ...}]``."""
+    from course_utils.rewards import completion_text
+
+    is_chat = isinstance(completion, list) and bool(completion) and all(isinstance(m, Mapping) for m in completion)
+    if isinstance(completion, str) or is_chat:
+        return completion_text(completion)
+    raise TypeError(
+        f"completion {index} must be a string or a list of chat messages, "
+        f"got {type(completion).__name__}: {str(completion)[:60]!r}"
+    )
+
+
+def _check_parallel(name: str, values: Sequence[Any] | None, n: int) -> None:
+    if values is not None and len(values) != n:
+        raise ValueError(f"{name} has {len(values)} entries but there are {n} completions; pass one per completion")
+
+
+def _format_flags(texts: list[str], golds: list[str]) -> tuple[list[bool], list[bool]]:
+    """Strict and soft format flags from the reward functions themselves (a positive reward = formatted)."""
+    from course_utils.rewards import soft_format_reward_func, strict_format_reward_func
+
+    prompts = [[{"role": "user", "content": ""}] for _ in texts]
+    completions = [[{"role": "assistant", "content": text}] for text in texts]
+    strict = strict_format_reward_func(prompts=prompts, completions=completions, answer=golds)
+    soft = soft_format_reward_func(prompts=prompts, completions=completions, answer=golds)
+    return [float(r) > 0 for r in strict], [float(r) > 0 for r in soft]
+
+
+def _count_tokens(texts: list[str], tokenizer: Any) -> list[int | None]:
+    if tokenizer is None:
+        return [None] * len(texts)
+    return [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+
+
+def _rate(records: list[dict[str, Any]], key: str) -> tuple[int, float]:
+    successes = sum(bool(r[key]) for r in records)
+    return successes, (successes / len(records) if records else math.nan)
+
+
+def score_completions(
+    completions: Sequence[Any],
+    golds: Sequence[str],
+    *,
+    questions: Sequence[str] | None = None,
+    truncated: Sequence[bool] | None = None,
+    completion_tokens: Sequence[int] | None = None,
+    tokenizer: Any = None,
+    elapsed_seconds: float | None = None,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Every evaluation metric from completion texts and gold answers: a pure function, no model involved.
+
+    ``truncated`` says which generations hit ``max_new_tokens`` without an end-of-sequence token; only the
+    generator knows, so hand-written texts default to "none truncated". ``completion_tokens`` are the generated
+    token counts (EOS not counted); when absent they are counted with ``tokenizer``, and without either the token
+    metrics are NaN. ``elapsed_seconds`` (the generation time) gives ``tokens_per_second`` and
+    ``problems_per_second`` (NaN without it).
+
+    Returns a dict with ``n``, the rates in ``RATE_METRICS`` with ``<rate>_ci`` (Wilson, ``confidence``) and
+    ``<rate>_count``, ``mean_completion_tokens``, ``total_completion_tokens``, ``tokens_per_second``,
+    ``problems_per_second``, ``elapsed_seconds``, ``confidence`` and ``records`` (one dict per problem: index,
+    question, gold, completion, extracted, correct, exact_match, formatted, soft_formatted, truncated, tokens).
+    """
+    from course_utils.rewards import answers_match, extract_xml_answer
+
+    if isinstance(completions, str) or isinstance(golds, str):
+        raise TypeError("completions and golds must be lists (one entry per problem), not a single string")
+    n = len(completions)
+    if len(golds) != n:
+        raise ValueError(f"{n} completions but {len(golds)} gold answers; pass exactly one gold answer per completion")
+    for name, values in (("questions", questions), ("truncated", truncated), ("completion_tokens", completion_tokens)):
+        _check_parallel(name, values, n)
+    if elapsed_seconds is not None and not (isinstance(elapsed_seconds, Real) and elapsed_seconds > 0):
+        raise ValueError(f"elapsed_seconds must be a positive number of seconds or None, got {elapsed_seconds!r}")
+    texts = [_completion_text(c, i) for i, c in enumerate(completions)]
+    gold_texts = [str(g).strip() for g in golds]
+    strict, soft = _format_flags(texts, gold_texts) if n else ([], [])
+    tokens = list(completion_tokens) if completion_tokens is not None else _count_tokens(texts, tokenizer)
+    bad_tokens = [t for t in tokens if t is not None and (isinstance(t, bool) or not isinstance(t, Integral) or t < 0)]
+    if bad_tokens:
+        raise ValueError(f"completion_tokens must be whole numbers >= 0, got {bad_tokens[:3]}")
+    records = []
+    for i, text in enumerate(texts):
+        extracted = extract_xml_answer(text)
+        records.append(
+            {
+                "index": i,
+                "question": questions[i] if questions is not None else "",
+                "gold": gold_texts[i],
+                "completion": text,
+                "extracted": extracted,
+                "correct": bool(extracted) and bool(answers_match(extracted, gold_texts[i])),
+                "exact_match": extracted == gold_texts[i],
+                "formatted": strict[i],
+                "soft_formatted": soft[i],
+                "truncated": bool(truncated[i]) if truncated is not None else False,
+                "tokens": tokens[i],
+            }
+        )
+    return _summarize(records, elapsed_seconds, confidence)
+
+
+def _summarize(records: list[dict[str, Any]], elapsed_seconds: float | None, confidence: float) -> dict[str, Any]:
+    n = len(records)
+    result: dict[str, Any] = {"n": n, "confidence": confidence}
+    for metric, key in _RECORD_KEY.items():
+        successes, rate = _rate(records, key)
+        result[metric] = rate
+        result[f"{metric}_count"] = successes
+        result[f"{metric}_ci"] = wilson_interval(successes, n, confidence)
+    known = [r["tokens"] for r in records if r["tokens"] is not None]
+    total = sum(known) if known and len(known) == n else None
+    result["total_completion_tokens"] = total
+    result["mean_completion_tokens"] = total / n if total is not None and n else math.nan
+    result["elapsed_seconds"] = elapsed_seconds if elapsed_seconds is not None else math.nan
+    timed = elapsed_seconds is not None
+    result["tokens_per_second"] = total / elapsed_seconds if timed and total is not None else math.nan
+    result["problems_per_second"] = n / elapsed_seconds if timed else math.nan
+    result["records"] = records
+    return result
+
+
+# --- Generation ------------------------------------------------------------------------------------
+
+
+def _rows(dataset: Any) -> list[dict[str, Any]]:
+    """The evaluation rows as dicts, checked: each needs a chat ``prompt`` and a gold ``answer``."""
+    rows = [dict(row) for row in dataset]
+    if not rows:
+        raise ValueError("The evaluation dataset is empty: pass at least one problem")
+    for i, row in enumerate(rows):
+        prompt, answer = row.get("prompt"), row.get("answer")
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(m, Mapping) for m in prompt):
+            raise ValueError(
+                f"row {i} has no chat 'prompt' (a list of messages); use load_gsm8k(..., formatted=True) or "
+                "format_gsm8k(dataset) to build one"
+            )
+        if answer is None or not str(answer).strip():
+            raise ValueError(f"row {i} has no gold 'answer'; every evaluated problem needs one")
+    return rows
+
+
+def _question(row: Mapping[str, Any]) -> str:
+    if isinstance(row.get("question"), str):
+        return row["question"]
+    users = [m.get("content", "") for m in row["prompt"] if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def _prompt_ids(tokenizer: Any, messages: list[Mapping[str, Any]]) -> list[int]:
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(encoded["input_ids"])
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    if not ids:
+        raise ValueError("Neither the tokenizer nor the model's generation config names an end-of-sequence token")
+    return ids
+
+
+def _pad_id(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("The tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token first")
+    return pad
+
+
+def _check_generation_args(batch_size: int, max_new_tokens: int) -> None:
+    for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+
+
+def _split_generation(new_ids: list[int], eos: set[int]) -> tuple[list[int], bool]:
+    """The generated ids up to (not including) the first EOS, and whether there was no EOS (truncated)."""
+    for position, token in enumerate(new_ids):
+        if token in eos:
+            return new_ids[:position], False
+    return new_ids, True
+
+
+def _generate_batch(model: Any, prompts: list[list[int]], config: Any) -> list[list[int]]:
+    """Greedy generation for a batch of token-id prompts, left-padded by hand (no tokenizer state is changed)."""
+    import torch
+
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[config.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
+    return output[:, width:].tolist()
+
+
+def _progress_bar(total: int, enabled: bool, description: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, disable=not enabled, desc=description, unit="problem")
+
+
+def _greedy_config(model: Any, max_new_tokens: int, pad_id: int) -> Any:
+    """A copy of the model's generation config set to plain greedy decoding.
+
+    A copy, so the model is left as it was; sampling settings (temperature, top_p, top_k) are cleared, so
+    transformers does not warn that they are ignored under greedy decoding.
+    """
+    import copy
+
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    config.max_new_tokens, config.pad_token_id = max_new_tokens, pad_id
+    return config
+
+
+def evaluate_model(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    *,
+    batch_size: int = 16,
+    max_new_tokens: int = 256,
+    progress: bool = True,
+    sort_by_length: bool = True,
+    confidence: float = 0.95,
+    description: str = "evaluating",
+) -> dict[str, Any]:
+    """Greedy, batched evaluation of ``model`` on ``dataset`` (rows with a chat ``prompt`` and a gold ``answer``).
+
+    Prompts go through ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, are sorted by length
+    (``sort_by_length``) so each batch pads little, left-padded (generation appends on the right), and generated
+    under ``torch.inference_mode``; the order of ``records`` is the dataset's. A generation that reaches
+    ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns ``score_completions``'s dict,
+    timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size`` and ``max_new_tokens``.
+    """
+    import torch
+
+    _check_generation_args(batch_size, max_new_tokens)
+    rows = _rows(dataset)
+    config, eos = _greedy_config(model, max_new_tokens, _pad_id(tokenizer)), _eos_ids(model, tokenizer)
+    was_training = model.training
+    model.eval()
+    started = time.perf_counter()
+    prompts = [_prompt_ids(tokenizer, row["prompt"]) for row in rows]
+    order = sorted(range(len(rows)), key=lambda i: -len(prompts[i])) if sort_by_length else list(range(len(rows)))
+    texts: list[str] = [""] * len(rows)
+    tokens, truncated = [0] * len(rows), [False] * len(rows)
+    try:
+        with torch.inference_mode(), _progress_bar(len(rows), progress, description) as bar:
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                generated = _generate_batch(model, [prompts[i] for i in batch], config)
+                for i, new_ids in zip(batch, generated, strict=True):
+                    kept, truncated[i] = _split_generation(new_ids, eos)
+                    texts[i], tokens[i] = tokenizer.decode(kept, skip_special_tokens=True), len(kept)
+                bar.update(len(batch))
+    finally:
+        model.train(was_training)
+    elapsed = time.perf_counter() - started
+    result = score_completions(
+        texts,
+        [str(row["answer"]) for row in rows],
+        questions=[_question(row) for row in rows],
+        truncated=truncated,
+        completion_tokens=tokens,
+        elapsed_seconds=elapsed,
+        confidence=confidence,
+    )
+    return {**result, "batch_size": batch_size, "max_new_tokens": max_new_tokens}
+
+
+def evaluate_one_at_a_time(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    *,
+    max_new_tokens: int = 256,
+    progress: bool = True,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """The popular tutorial's loop, one problem per ``generate`` call: kept only as the speed baseline.
+
+    It renders the chat template to text, tokenizes that one prompt, generates greedily, decodes, and moves on,
+    so the hardware works on a single sequence at a time. Scored by the same ``score_completions``, so its
+    metrics are comparable with ``evaluate_model``'s; only the speed should differ.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    _check_generation_args(1, max_new_tokens)
+    rows = _rows(dataset)
+    config, eos = _greedy_config(model, max_new_tokens, _pad_id(tokenizer)), _eos_ids(model, tokenizer)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    started = time.perf_counter()
+    texts, tokens, truncated = [], [], []
+    try:
+        for row in tqdm(rows, disable=not progress, desc="one at a time", unit="problem"):
+            text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+            inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
+            with torch.inference_mode():
+                output = model.generate(**inputs, generation_config=config)
+            kept, was_cut = _split_generation(output[0, inputs["input_ids"].shape[1] :].tolist(), eos)
+            texts.append(tokenizer.decode(kept, skip_special_tokens=True))
+            tokens.append(len(kept))
+            truncated.append(was_cut)
+    finally:
+        model.train(was_training)
+    elapsed = time.perf_counter() - started
+    result = score_completions(
+        texts,
+        [str(row["answer"]) for row in rows],
+        questions=[_question(row) for row in rows],
+        truncated=truncated,
+        completion_tokens=tokens,
+        elapsed_seconds=elapsed,
+        confidence=confidence,
+    )
+    return {**result, "batch_size": 1, "max_new_tokens": max_new_tokens}
+
+
+# --- Tables ----------------------------------------------------------------------------------------
+
+
+def _records_of(result_or_records: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(result_or_records, Mapping):
+        if "records" not in result_or_records:
+            raise ValueError("Expected an evaluation result (a dict with 'records') or a list of records")
+        return list(result_or_records["records"])
+    return list(result_or_records)
+
+
+def records_dataframe(result_or_records: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Any:
+    """The per-problem records as a pandas ``DataFrame`` (one row per problem, in dataset order)."""
+    import pandas as pd
+
+    return pd.DataFrame(_records_of(result_or_records)).set_index("index")
+
+
+def _check_result(result: Mapping[str, Any], name: str) -> None:
+    missing = [key for key in ("n", "records", *RATE_METRICS) if key not in result]
+    if missing:
+        raise ValueError(f"{name} is not an evaluation result (missing {missing}); pass what evaluate_model returns")
+
+
+def _check_same_problems(before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
+    """Before/after comparisons only mean something on the very same problems, in the same order."""
+    if before["n"] != after["n"]:
+        raise ValueError(f"before has {before['n']} problems and after {after['n']}: evaluate both on the same set")
+    for b, a in zip(before["records"], after["records"], strict=True):
+        if (b["question"], b["gold"]) != (a["question"], a["gold"]):
+            raise ValueError(
+                f"Problem {b['index']} differs between before and after ({b['question'][:40]!r} vs "
+                f"{a['question'][:40]!r}): evaluate both models on the same dataset, in the same order"
+            )
+
+
+def compare_results(
+    before: Mapping[str, Any], after: Mapping[str, Any], labels: tuple[str, str] = ("before", "after")
+) -> Any:
+    """A before/after table: one row per metric; the two values, the change, and the Wilson CIs of the rates.
+
+    Both results must come from the same problems (checked), otherwise the change means nothing. Non-rate metrics
+    (tokens, speed) have NaN in the CI columns.
+    """
+    import pandas as pd
+
+    _check_result(before, "before")
+    _check_result(after, "after")
+    _check_same_problems(before, after)
+    first, second = labels
+    rows = []
+    for metric in (*RATE_METRICS, *OTHER_METRICS):
+        row = {"metric": metric, first: before[metric], second: after[metric], "change": after[metric] - before[metric]}
+        for label, result in ((first, before), (second, after)):
+            low, high = result.get(f"{metric}_ci", (math.nan, math.nan))
+            row[f"{label}_ci_low"], row[f"{label}_ci_high"] = low, high
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("metric")
+
+
+def fixed_and_broken(before: Mapping[str, Any], after: Mapping[str, Any], *, include_unchanged: bool = False) -> Any:
+    """Per problem, what training changed: ``fixed`` (wrong before, right after) and ``broken`` (the reverse).
+
+    An accuracy that rises by 2 points can hide 10 fixed and 8 broken problems; this table shows both.
+    ``include_unchanged`` also lists the problems that stayed right or stayed wrong.
+    """
+    import pandas as pd
+
+    _check_result(before, "before")
+    _check_result(after, "after")
+    _check_same_problems(before, after)
+    rows = []
+    for b, a in zip(before["records"], after["records"], strict=True):
+        change = {(False, True): "fixed", (True, False): "broken"}.get((b["correct"], a["correct"]))
+        change = change or ("stayed right" if a["correct"] else "stayed wrong")
+        if include_unchanged or change in ("fixed", "broken"):
+            rows.append(
+                {
+                    "index": b["index"],
+                    "change": change,
+                    "question": b["question"],
+                    "gold": b["gold"],
+                    "before_answer": b["extracted"],
+                    "after_answer": a["extracted"],
+                    "before_formatted": b["formatted"],
+                    "after_formatted": a["formatted"],
+                }
+            )
+    columns = ["index", "change", "question", "gold", "before_answer", "after_answer", "before_formatted",
+               "after_formatted"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns).set_index("index")
+
+
+def change_counts(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, int]:
+    """How many problems were fixed, broken, stayed right and stayed wrong (they add up to ``n``)."""
+    table = fixed_and_broken(before, after, include_unchanged=True)
+    counts = table["change"].value_counts()
+    return {key: int(counts.get(key, 0)) for key in ("fixed", "broken", "stayed right", "stayed wrong")}
+
+
+def summary_line(result: Mapping[str, Any], name: str = "model") -> str:
+    """One readable line: accuracy with its interval, formats, truncation, length and speed."""
+    low, high = result["accuracy_ci"]
+    return (
+        f"{name}: accuracy {result['accuracy']:.0%} (95% CI {low:.0%}-{high:.0%}, n={result['n']}), "
+        f"exact match {result['exact_match_accuracy']:.0%}, strict format {result['format_score']:.0%}, "
+        f"soft format {result['soft_format_score']:.0%}, truncated {result['truncation_rate']:.0%}, "
+        f"{result['mean_completion_tokens']:.1f} tokens/completion, {result['tokens_per_second']:.1f} tokens/s"
+    )
+
+
+def side_by_side(left: str, right: str, labels: tuple[str, str] = ("base", "trained"), width: int = 56) -> str:
+    """Two texts in two columns of ``width`` characters, for reading a case study's outputs line against line."""
+    import textwrap
+
+    if width < 10:
+        raise ValueError(f"width must be at least 10 characters per column, got {width}")
+
+    def wrap(text: str) -> list[str]:
+        return [part for line in text.splitlines() or [""] for part in textwrap.wrap(line, width) or [""]]
+
+    left_lines, right_lines = wrap(left), wrap(right)
+    height = max(len(left_lines), len(right_lines))
+    left_lines += [""] * (height - len(left_lines))
+    right_lines += [""] * (height - len(right_lines))
+    rows = [f"{labels[0]:<{width}} | {labels[1]}", f"{'-' * width}-+-{'-' * width}"]
+    rows += [f"{a:<{width}} | {b}" for a, b in zip(left_lines, right_lines, strict=True)]
+    return "\n".join(rows)
+
+
+# --- The trained model -----------------------------------------------------------------------------
+
+# The training sizes of a "short run": the ci profile's, so the notebook runs standalone in about a minute.
+SHORT_RUN_FIELDS = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "max_steps",
+    "save_steps",
+    "logging_steps",
+    "train_size",
+    "warm_start_examples",
+)
+
+
+def trained_model_dir(profile: Any = None) -> Path:
+    """Where notebook 04 saves the trained model of ``profile`` (``training.final_model_dir``: one definition)."""
+    from course_utils.training import final_model_dir
+
+    return final_model_dir(profile)
+
+
+def find_trained_model(profile: Any = None, path: str | Path | None = None) -> Path | None:
+    """The folder of a trained model or LoRA adapter for ``profile`` (or at ``path``), or None when there is none.
+
+    A folder counts when it holds ``adapter_config.json`` (a LoRA adapter) or ``config.json`` (a full model).
+    """
+    folder = Path(path) if path is not None else trained_model_dir(profile)
+    if (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return folder
+    return None
+
+
+def load_for_evaluation(profile: Any = None, folder: str | Path | None = None) -> tuple[Any, Any]:
+    """The trained model and tokenizer (``training.load_trained_model``), with a LoRA adapter merged in.
+
+    Merging (``merge_and_unload``) makes generation run at the base model's speed, so the speed comparison
+    measures what GRPO changed (longer answers, say), not the overhead of unmerged LoRA layers.
+    """
+    from course_utils.training import load_trained_model
+
+    model, tokenizer = load_trained_model(profile, folder)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    return model.eval(), tokenizer
+
+
+def short_run_profile(profile: Any = None) -> Any:
+    """``profile`` with the ci profile's training sizes, renamed ``<name>-short`` so it never overwrites a real run."""
+    from course_utils.profiles import get_profile
+
+    p, ci = get_profile(profile), get_profile("ci")
+    if p.name.endswith("-short"):
+        return p
+    return p.override(name=f"{p.name}-short", **{field: getattr(ci, field) for field in SHORT_RUN_FIELDS})
+
+
+def train_short_run(profile: Any = None) -> Path:
+    """Train a ci-sized GRPO run of ``profile``'s model (warm start, a few steps) and save it; return the folder.
+
+    INTEGRATION POINT with ``course_utils.training``: this is notebook 04's sequence of calls (``warm_start``,
+    ``build_trainer``, ``train``, ``save_final``). If the training module gains a single entry point for a whole
+    run, call it here instead; nothing else in this module depends on how the run is made.
+    """
+    from course_utils import training
+    from course_utils.models import load_model_and_tokenizer
+
+    p = short_run_profile(profile)
+    model, tokenizer = load_model_and_tokenizer(p)
+    if p.warm_start_examples > 0 and not p.load_in_4bit:
+        model = training.warm_start(model, tokenizer, p)
+    training.clear_run_dir(training.default_run_dir(p))
+    trainer = training.build_trainer(model, tokenizer, p)
+    training.train(trainer)
+    return training.save_final(trainer, tokenizer)
+
+
+def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
+    """The trained model's folder for ``profile``, and whether it is a stand-in short run.
+
+    Looks for notebook 04's result first; without one it says so and uses (or trains, once) a ci-sized short run,
+    so this notebook also runs on its own. A short run barely trains: its numbers show the method, not the effect.
+    """
+    folder = find_trained_model(profile)
+    if folder is not None:
+        print(f"Trained model found: {folder}")
+        return folder, False
+    short = short_run_profile(profile)
+    print(f"No trained model at {trained_model_dir(profile)} (run notebook 04 to make one).")
+    folder = find_trained_model(short)
+    if folder is not None:
+        print(f"Using the short run already on disk: {folder}")
+        return folder, True
+    print(f"Training a short ci-sized run instead ({short.max_steps} GRPO steps); it only demonstrates the method.")
+    return train_short_run(short), True
