@@ -175,6 +175,33 @@ def model_source_description(profile: Profile | str | None = None) -> str:
     return f"{p.model_id} from the Hugging Face Hub"
 
 
+def build_tiny_random_model(vocab_size: int = 49152, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:
+    """A tiny, randomly initialised ``Qwen2ForCausalLM``: Qwen2.5-0.5B's architecture at toy sizes.
+
+    Why: the GPU profiles train Qwen2.5-0.5B, which is not available offline. Tests build this model on
+    the CPU to run the Qwen-specific code path (LoRA target names, config building, saving and
+    reloading an adapter) before a learner first meets it on Colab. Like Qwen2.5-0.5B it ties its
+    embeddings and has grouped-query attention with biases on q/k/v. ``vocab_size`` defaults to the
+    offline SmolLM2 tokenizer's, so that tokenizer can drive it.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
 def main() -> None:
     """Prepare the offline model (``python -m course_utils.models``)."""
     started = time.perf_counter()

@@ -1,0 +1,108 @@
+"""Training benchmark: the `cpu` lab run once, as a learner runs it, with the cost of each GRPO step measured.
+
+Prints ``name: value`` lines (run: ``.venv/bin/python benchmarks/bench_training.py``):
+
+- ``train_step_seconds``: median wall time of one GRPO step (generation + rewards + forward/backward + update);
+- ``train_completion_tokens_per_second``: completion tokens generated per second of training;
+- ``train_peak_rss_gb``: peak resident memory of the process (target: under 4 GB);
+- ``train_step_over_generate_ratio``: total step time / total time inside ``model.generate`` for the same
+  prompts and completions (the trainer's own generate calls, timed in place): generation is the floor of a
+  GRPO step, so the target is at most 1.5;
+- ``cpu_lab_minutes`` (warm start + GRPO, model load included; target: 10), ``cpu_lab_reward_first_fifth``,
+  ``cpu_lab_reward_last_fifth``, ``cpu_lab_reward_max``: the lab must gain at least 10% of the maximum.
+
+Timings depend on what else runs on the machine: ``machine_load_average`` is printed beside them, and
+``cpu_lab_cpu_minutes`` (process CPU time / threads) estimates the run time on otherwise idle cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from transformers import TrainerCallback
+
+from course_utils import training
+from course_utils.profiles import get_profile
+
+
+class StepTimer(TrainerCallback):
+    """Wall time of every optimizer step (``on_step_begin`` to ``on_step_end``)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._started = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.seconds.append(time.perf_counter() - self._started)
+
+
+class GenerateTimer:
+    """Times the trainer's own ``model.generate`` calls: same prompts, same completions as the step."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def attach(self, trainer: Any) -> None:
+        model = trainer.model
+        original = model.generate
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds.append(time.perf_counter() - started)
+
+        model.generate = timed
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process in GB (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+
+def main() -> None:
+    import torch
+
+    profile = get_profile("cpu")
+    steps, generate = StepTimer(), GenerateTimer()
+    load_before = os.getloadavg()[0]
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = training.run_training(profile, callbacks=[steps], before_train=generate.attach)
+    lab_minutes = (time.perf_counter() - started) / 60
+    cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
+    logs = training.training_logs(result.trainer.state.log_history)
+    config = result.trainer.args
+    completions_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    tokens = sum(e["completions/mean_length"] * completions_per_step for e in logs)
+    first, last = training.reward_fifths(logs)
+    print(f"train_steps: {len(steps.seconds)}")
+    print(f"train_step_seconds: {statistics.median(steps.seconds):.2f}")
+    print(f"train_completion_tokens_per_second: {tokens / sum(steps.seconds):.1f}")
+    print(f"train_peak_rss_gb: {peak_rss_gb():.2f}")
+    print(f"train_step_over_generate_ratio: {sum(steps.seconds) / sum(generate.seconds):.2f}")
+    print(f"cpu_lab_warm_start_seconds: {result.warm_start_seconds:.0f}")
+    print(f"cpu_lab_grpo_seconds: {result.train_seconds:.0f}")
+    print(f"cpu_lab_minutes: {lab_minutes:.1f}")
+    print(f"cpu_lab_cpu_minutes: {cpu_minutes:.1f}")
+    print(f"cpu_lab_reward_first_fifth: {first:.3f}")
+    print(f"cpu_lab_reward_last_fifth: {last:.3f}")
+    print(f"cpu_lab_reward_max: {training.max_reward(config):.3f}")
+    per_step = " ".join(f"{e['reward']:.2f}" for e in logs)
+    print(f"cpu_lab_rewards_per_step: {per_step}")
+    print(f"machine_load_average: {load_before:.1f} -> {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""Training: GRPOConfig from every profile, the generation-batch check, warm start, dashboard, monitoring,
+a real short `ci` GRPO run, kill-and-resume, and the Qwen2 (GPU) code path on a tiny random model."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from course_utils import training
+from course_utils.profiles import PROFILES, get_profile
+from course_utils.training import (
+    Finding,
+    GenerationBatchError,
+    LiveDashboard,
+    check_generation_batch,
+    grpo_config_kwargs,
+    make_grpo_config,
+    monitor,
+)
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture
+def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
+    """Real GSM8K files and a private output folder, so runs never touch the learner's outputs/."""
+    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    return tmp_path
+
+
+# --- The generation batch ----------------------------------------------------------------------------
+
+
+def test_generation_batch_accepts_whole_groups():
+    assert check_generation_batch(8, 1, 8) == 8
+    assert check_generation_batch(4, 2, 8) == 8
+    assert check_generation_batch(8, 16, 8) == 128
+
+
+def test_generation_batch_error_names_the_fix():
+    with pytest.raises(GenerationBatchError, match=r"not a whole number of groups.*multiple of 4.*divisor of 6"):
+        check_generation_batch(6, 1, 4)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "8", True])
+def test_generation_batch_rejects_bad_sizes(bad):
+    with pytest.raises(GenerationBatchError, match="per_device_train_batch_size must be a positive integer"):
+        check_generation_batch(bad, 1, 2)
+
+
+def test_group_of_one_is_refused():
+    with pytest.raises(GenerationBatchError, match="num_generations must be an integer >= 2"):
+        check_generation_batch(8, 1, 1)
+
+
+# --- GRPOConfig per profile --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_config_kwargs_follow_the_profile(name, tmp_path):
+    profile = get_profile(name)
+    kwargs = grpo_config_kwargs(profile, tmp_path)
+    for field in ("num_generations", "per_device_train_batch_size", "max_completion_length", "beta", "max_steps"):
+        assert kwargs[field] == getattr(profile, field)
+    assert kwargs["activation_checkpointing"] is profile.gradient_checkpointing
+    assert {"bf16", "fp16"} <= set(kwargs), "precision must be explicit: TRL defaults to bf16=True"
+    assert not (kwargs["bf16"] and kwargs["fp16"])
+    assert len(kwargs["reward_weights"]) == 5
+
+
+def test_gpu_profiles_pick_their_precision():
+    t4 = grpo_config_kwargs("colab-t4")
+    assert (t4["fp16"], t4["bf16"], t4["use_cpu"]) == (True, False, False)
+    gpu = grpo_config_kwargs("gpu")
+    assert (gpu["fp16"], gpu["bf16"]) == (False, True)
+    assert gpu["use_vllm"] == training.vllm_available()
+
+
+@pytest.mark.parametrize("name", ["ci", "cpu"])
+def test_cpu_profiles_build_a_real_grpo_config(name, tmp_path):
+    config = make_grpo_config(name, tmp_path)
+    profile = get_profile(name)
+    assert config.use_cpu and not config.fp16
+    assert config.generation_batch_size % config.num_generations == 0
+    assert config.beta == profile.beta and config.learning_rate == profile.learning_rate
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_gpu_profile_fields_are_real_grpo_fields(name, tmp_path):
+    """Build the GPU profiles' GRPOConfig on a CPU (precision switched off): every field name must exist."""
+    config = make_grpo_config(name, tmp_path, fp16=False, bf16=False, use_cpu=True, use_vllm=False)
+    assert config.num_generations == get_profile(name).num_generations
+    assert config.gradient_accumulation_steps == get_profile(name).gradient_accumulation_steps
+
+
+def test_unknown_override_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"no field\(s\) \['kl_coef'\]"):
+        make_grpo_config("ci", tmp_path, kl_coef=0.1)
+
+
+def test_bad_batch_override_fails_before_trl(tmp_path):
+    with pytest.raises(GenerationBatchError, match="Fix"):
+        make_grpo_config("ci", tmp_path, per_device_train_batch_size=3)
+
+
+def test_golden_config_translation():
+    table = training.golden_config_table()
+    assert "GRPOTrainingArguments(...)" in set(table["often copied"])
+    assert any("beta" in field for field in table["real GRPOConfig field"])
+    config = training.golden_config()
+    assert (config.gradient_accumulation_steps, config.learning_rate, config.max_grad_norm) == (16, 5e-6, 0.3)
+    assert config.save_steps == 1000 and config.logging_steps == 50
+
+
+def test_config_table_lists_values(tmp_path):
+    table = training.config_table(make_grpo_config("ci", tmp_path))
+    assert table.loc["num_generations", "value"] == get_profile("ci").num_generations
+
+
+def test_bf16_training_copy_needs_lora():
+    profile = get_profile("cpu").override(use_lora=False)
+    if not training.cpu_supports_bf16():
+        pytest.skip("this CPU has no native bfloat16: the profile keeps fp32 and never casts")
+    with pytest.raises(ValueError, match="use_lora=True or train_dtype=None"):
+        training.load_model_for_training(profile)
+
+
+def test_cpu_precision_follows_the_cpu():
+    flags = training.precision_flags(get_profile("ci"))
+    assert flags == {"bf16": training.cpu_supports_bf16(), "fp16": False, "use_cpu": True}
+
+
+# --- LoRA and warm start -------------------------------------------------------------------------------
+
+
+def test_lora_config_per_profile(offline_model_and_tokenizer):
+    model, _ = offline_model_and_tokenizer
+    assert training.make_lora_config(get_profile("cpu").override(use_lora=False)) is None
+    config = training.make_lora_config("ci", model)
+    assert set(config.target_modules) == set(get_profile("ci").lora_target_modules)
+
+
+def test_lora_targets_missing_are_named(offline_model_and_tokenizer):
+    model, _ = offline_model_and_tokenizer
+    with pytest.raises(ValueError, match=r"\['c_attn'\].*q_proj"):
+        training.lora_targets_in(model, ["q_proj", "c_attn"])
+
+
+def test_warm_start_target_is_strict_format_and_correct():
+    from course_utils.rewards import correctness_reward_func, is_strict_format
+
+    solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
+    target = training.warm_start_target(solution, reasoning_lines=1)
+    assert "<<" not in target and "Altogether" not in target
+    assert is_strict_format(target)
+    completion = [{"role": "assistant", "content": target}]
+    assert correctness_reward_func(prompts=[None], completions=[completion], answer=["72"]) == [2.0]
+    with pytest.raises(ValueError, match="reasoning_lines"):
+        training.warm_start_target(solution, -1)
+
+
+def test_warm_start_dataset_is_disjoint_from_training(gsm8k_env):
+    profile = get_profile("ci")
+    warm = training.warm_start_dataset(profile)
+    train = training.training_dataset(profile)
+    assert len(warm) == profile.warm_start_examples and len(train) == profile.train_size
+    train_questions = {row["question"] for row in train}
+    assert not {row["prompt"][-1]["content"] for row in warm} & train_questions
+
+
+def test_no_warm_start_is_an_error():
+    with pytest.raises(ValueError, match="warm_start_examples=0"):
+        training.warm_start_dataset(get_profile("ci").override(warm_start_examples=0))
+
+
+# --- Dashboard and monitoring on synthetic histories -------------------------------------------------
+
+
+def _history(n=10, **series):
+    base = {
+        "reward": [0.5 + 0.1 * i for i in range(n)],
+        "reward_std": [0.8] * n,
+        "completions/mean_length": [40.0] * n,
+        "completions/clipped_ratio": [0.1] * n,
+        "frac_reward_zero_std": [0.0] * n,
+        "rewards/strict_format_reward_func/mean": [0.1] * n,
+    }
+    base.update(series)
+    logs = [{key: values[i] for key, values in base.items()} | {"step": i + 1} for i in range(n)]
+    return [*logs, {"train_runtime": 12.0, "step": n}]
+
+
+def test_healthy_history_has_no_findings():
+    assert monitor(_history()) == []
+    assert "no rule fired" in training.describe_findings([])
+
+
+@pytest.mark.parametrize(
+    ("series", "rule"),
+    [
+        ({"reward_std": [0.05] * 10}, "reward_std_low"),
+        ({"completions/mean_length": [40.0] * 6 + [90.0] * 4}, "length_jump"),
+        ({"kl": [0.001 * 2**i for i in range(10)]}, "kl_rising"),
+        ({"frac_reward_zero_std": [0.9] * 10}, "zero_std_high"),
+        ({"completions/clipped_ratio": [0.6] * 10}, "clipped_high"),
+    ],
+)
+def test_each_rule_fires(series, rule):
+    findings = monitor(_history(**series))
+    assert [f.rule for f in findings] == [rule]
+    assert isinstance(findings[0], Finding) and findings[0].advice
+    assert rule in training.describe_findings(findings)
+
+
+def test_flat_kl_does_not_fire():
+    assert monitor(_history(kl=[0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01])) == []
+
+
+def test_monitor_rejects_bad_input():
+    with pytest.raises(TypeError, match="log_history must be a list of dicts"):
+        monitor("trainer_state.json")
+
+
+def test_dashboard_redraws_headless_and_saves(tmp_path):
+    dashboard = LiveDashboard(show=False)
+    state = type("State", (), {"global_step": 0})()
+    for entry in training.training_logs(_history(4, kl=[0.0, 0.01, 0.02, 0.03])):
+        state.global_step = entry["step"]
+        dashboard.on_log(None, state, None, logs=entry)
+    dashboard.on_log(None, state, None, logs={"train_runtime": 3.0})  # summary: no redraw
+    assert dashboard.redraws == 4
+    titles = [ax.get_title() for ax in dashboard.figure.axes]
+    assert any(t.startswith("kl") for t in titles) and any("frac_reward_zero_std" in t for t in titles)
+    paths = training.save_run_artifacts(_history(6), tmp_path)
+    assert paths["png"].stat().st_size > 10_000
+    back = training.load_log_history(paths["csv"])
+    assert [e["reward"] for e in training.training_logs(back)] == pytest.approx([0.5 + 0.1 * i for i in range(6)])
+
+
+def test_empty_dashboard_draws():
+    from course_utils.plotting import plot_training_dashboard
+
+    assert len(plot_training_dashboard([]).axes) == 6
+
+
+def test_reward_fifths_and_max():
+    first, last = training.reward_fifths(_history(10))
+    assert first == pytest.approx(0.55) and last == pytest.approx(1.35)
+    assert training.max_reward() == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="no training step"):
+        training.reward_fifths([{"train_runtime": 1.0}])
+
+
+def test_missing_trained_model_says_which_notebook(gsm8k_env):
+    with pytest.raises(FileNotFoundError, match="04_train_grpo"):
+        training.load_trained_model("ci")
+
+
+# --- Real runs ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ci_run_end_to_end(gsm8k_env):
+    """Warm start, a real 3-step GRPO run in the ci profile, dashboard, artifacts, save and reload."""
+    from course_utils.models import load_model_and_tokenizer
+
+    profile = get_profile("ci")
+    model, tokenizer = load_model_and_tokenizer(profile)
+    model = training.warm_start(model, tokenizer, profile)
+    assert getattr(model.config, training.WARM_START_MARKER)["examples"] == profile.warm_start_examples
+    dashboard = LiveDashboard(show=False)
+    run_dir = training.clear_run_dir(training.default_run_dir(profile))
+    trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
+    training.train(trainer)
+    assert trainer.state.global_step == profile.max_steps
+    assert dashboard.redraws == profile.max_steps
+    logs = training.training_logs(trainer.state.log_history)
+    assert len(logs) == profile.max_steps and all(math.isfinite(e["reward"]) for e in logs)
+    paths = training.save_run_artifacts(trainer.state.log_history, run_dir)
+    assert paths["csv"].is_file() and paths["png"].is_file()
+    folder = training.save_final(trainer, tokenizer)
+    assert folder == training.final_model_dir(profile)
+    assert (folder / "model.safetensors").is_file(), "a warm-started LoRA run is merged into a full model"
+    reloaded, tok = training.load_trained_model(profile)
+    assert tok.padding_side == "left" and not hasattr(reloaded, "peft_config")
+
+
+class _Crash(TrainerCallback):
+    """Simulates a killed process: raises when the given step begins (after earlier checkpoints were saved)."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.at_step:
+            raise KeyboardInterrupt(f"simulated kill at step {self.at_step}")
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
+    from course_utils.models import load_model_and_tokenizer
+
+    profile = get_profile("ci").override(
+        warm_start_examples=0, max_steps=4, save_steps=2, max_completion_length=16, beta=0.0
+    )
+    run_dir = training.clear_run_dir(training.default_run_dir(profile))
+
+    model, tokenizer = load_model_and_tokenizer(profile)
+    trainer = training.build_trainer(model, tokenizer, profile, callbacks=[_Crash(at_step=3)])
+    with pytest.raises(KeyboardInterrupt):
+        training.train(trainer)
+    assert training.latest_checkpoint(run_dir).name == "checkpoint-2"
+
+    model, tokenizer = load_model_and_tokenizer(profile)
+    resumed = training.build_trainer(model, tokenizer, profile)
+    training.train(resumed, resume=True)
+    assert resumed.state.global_step == profile.max_steps
+    steps = [e["step"] for e in training.training_logs(resumed.state.log_history)]
+    assert steps == [1, 2, 3, 4], "log history keeps the steps before the kill, once each"
+
+
+@pytest.mark.slow
+def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_tokenizer):
+    """The colab-t4 path (Qwen2 LoRA targets, config, GRPO step, adapter save/reload) on the CPU."""
+    from peft import PeftModel, get_peft_model_state_dict
+
+    from course_utils.models import build_tiny_random_model
+
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("colab-t4").override(
+        device="cpu", dtype="float32", load_in_4bit=False, gradient_checkpointing=False,
+        num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+        max_completion_length=8, max_steps=1, train_size=4,
+    )
+    model = build_tiny_random_model()
+    lora = training.make_lora_config(profile, model)
+    assert set(lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    kwargs = grpo_config_kwargs(get_profile("colab-t4"))
+    assert kwargs["fp16"] and kwargs["activation_checkpointing"]
+    trainer = training.build_trainer(model, tokenizer, profile)
+    training.train(trainer)
+    folder = training.save_final(trainer, tokenizer)
+    assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").is_file()
+    reloaded = PeftModel.from_pretrained(build_tiny_random_model(), folder)
+    saved, loaded = get_peft_model_state_dict(trainer.model), get_peft_model_state_dict(reloaded)
+    assert saved.keys() == loaded.keys() and any("q_proj" in key for key in saved)
+    assert all(torch.equal(saved[key].float(), loaded[key].float()) for key in saved)
+
+
+def test_exercise_checks_for_notebook_04(capsys):
+    from course_utils import exercises
+
+    history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
+    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
+    assert exercises.check_04_kl_field(" beta ") and not exercises.check_04_kl_field("kl_coef")
+    assert exercises.check_04_monitoring_rule("clipped_high", history)
+    assert not exercises.check_04_monitoring_rule("kl_rising", history)
+    assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
+    assert not exercises.check_04_prompts_per_step(None)
+    assert "not answered yet" in capsys.readouterr().out
