@@ -37,7 +37,7 @@ lint: setup
 	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks
 
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q tests --nbmake notebooks
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 tests --nbmake notebooks
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
 
