@@ -591,21 +591,11 @@ def short_run_profile(profile: Any = None) -> Any:
 def train_short_run(profile: Any = None) -> Path:
     """Train a ci-sized GRPO run of ``profile``'s model (warm start, a few steps) and save it; return the folder.
 
-    INTEGRATION POINT with ``course_utils.training``: this is notebook 04's sequence of calls (``warm_start``,
-    ``build_trainer``, ``train``, ``save_final``). If the training module gains a single entry point for a whole
-    run, call it here instead; nothing else in this module depends on how the run is made.
+    The same whole run as notebook 04 (``training.run_training``), only with the ci profile's sizes.
     """
     from course_utils import training
-    from course_utils.models import load_model_and_tokenizer
 
-    p = short_run_profile(profile)
-    model, tokenizer = load_model_and_tokenizer(p)
-    if p.warm_start_examples > 0 and not p.load_in_4bit:
-        model = training.warm_start(model, tokenizer, p)
-    training.clear_run_dir(training.default_run_dir(p))
-    trainer = training.build_trainer(model, tokenizer, p)
-    training.train(trainer)
-    return training.save_final(trainer, tokenizer)
+    return training.run_training(short_run_profile(profile)).final_dir
 
 
 def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
