@@ -337,7 +337,17 @@ def evaluate_model(
     finally:
         model.train(was_training)
     elapsed = time.perf_counter() - started
-    result = score_completions(
+    return _score_generations(rows, texts, truncated, tokens, elapsed, confidence) | {
+        "batch_size": batch_size,
+        "max_new_tokens": max_new_tokens,
+    }
+
+
+def _score_generations(
+    rows: list[Any], texts: list[str], truncated: list[bool], tokens: list[int], elapsed: float, confidence: float
+) -> dict[str, Any]:
+    """Score generated texts against their rows' gold answers: the one place both generation loops end."""
+    return score_completions(
         texts,
         [str(row["answer"]) for row in rows],
         questions=[_question(row) for row in rows],
@@ -346,7 +356,6 @@ def evaluate_model(
         elapsed_seconds=elapsed,
         confidence=confidence,
     )
-    return {**result, "batch_size": batch_size, "max_new_tokens": max_new_tokens}
 
 
 def evaluate_one_at_a_time(
@@ -388,16 +397,10 @@ def evaluate_one_at_a_time(
     finally:
         model.train(was_training)
     elapsed = time.perf_counter() - started
-    result = score_completions(
-        texts,
-        [str(row["answer"]) for row in rows],
-        questions=[_question(row) for row in rows],
-        truncated=truncated,
-        completion_tokens=tokens,
-        elapsed_seconds=elapsed,
-        confidence=confidence,
-    )
-    return {**result, "batch_size": 1, "max_new_tokens": max_new_tokens}
+    return _score_generations(rows, texts, truncated, tokens, elapsed, confidence) | {
+        "batch_size": 1,
+        "max_new_tokens": max_new_tokens,
+    }
 
 
 # --- Tables ----------------------------------------------------------------------------------------
