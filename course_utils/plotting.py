@@ -116,6 +116,20 @@ def plot_reward_totals(totals: list[float], max_total: float, low: float = 0.3, 
     return fig
 
 
+def figure_png(fig: Figure, dpi: int = 90) -> bytes:
+    """The figure as PNG bytes, then closed: what an ``ipywidgets.Image`` shows (the reward lab).
+
+    Widgets that hold images and HTML, rather than an ``Output`` widget that replays rich display
+    messages, render the same in JupyterLab, Colab and headless runs (nbclient / nbmake).
+    """
+    from io import BytesIO
+
+    buffer = BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
 # --- Training dashboard (notebook 04) ---------------------------------------------------------------
 
 _DASHBOARD_PANELS: tuple[tuple[str, str], ...] = (

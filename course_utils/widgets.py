@@ -127,14 +127,6 @@ def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequen
     return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std)
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    return get_ipython() is not None
-
-
 class RewardLab:
     """The ipywidgets UI around ``reward_lab``: sliders, preset dropdown, lenient/strict toggle, outputs.
 
@@ -158,7 +150,11 @@ class RewardLab:
         self.stage = widgets.ToggleButtons(options=list(STAGES), value=stage, description="format")
         self.verdict = widgets.HTML()
         self.config_line = widgets.HTML()
-        self.output = widgets.Output()
+        # HTML and Image widgets, not an Output widget: rich display() calls captured by an Output
+        # widget stall headless runs (nbclient waits out its whole cell timeout on each one).
+        self.table = widgets.HTML()
+        self.totals_plot = widgets.Image(format="png")
+        self.advantages_plot = widgets.Image(format="png")
         for slider in self.sliders.values():
             slider.observe(self._on_slider, names="value")
         self.preset.observe(self._on_preset, names="value")
@@ -209,25 +205,19 @@ class RewardLab:
         self.result = reward_lab(self.weights, self.stage.value, self.bank)
         self.verdict.value = f"<b>{self.result.verdict}</b> — frac_reward_zero_std = {self.result.frac_reward_zero_std}"
         self.config_line.value = f"<code>GRPOConfig(reward_weights={list(self.weights)})</code>"
-        if _in_notebook():
-            self._render()
+        self._render()
         return self.result
 
     def _render(self) -> None:
-        from IPython.display import display
-
-        from course_utils.plotting import plot_group_advantages, plot_reward_totals, plt
+        """Redraw the table and both plots from ``self.result``."""
+        from course_utils.plotting import figure_png, plot_group_advantages, plot_reward_totals
 
         result = self.result
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(result.table.round(3))
-            for fig in (
-                plot_reward_totals(result.totals, result.max_total),
-                plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages),
-            ):
-                display(fig)
-                plt.close(fig)
+        self.table.value = result.table.round(3).to_html(index=False, border=0)
+        self.totals_plot.value = figure_png(plot_reward_totals(result.totals, result.max_total))
+        self.advantages_plot.value = figure_png(
+            plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages)
+        )
 
     @property
     def widget(self) -> Any:
@@ -235,7 +225,8 @@ class RewardLab:
         import ipywidgets as widgets
 
         controls = widgets.VBox([self.preset, self.stage, *self.sliders.values()])
-        return widgets.VBox([controls, self.verdict, self.config_line, self.output])
+        plots = widgets.HBox([self.totals_plot, self.advantages_plot])
+        return widgets.VBox([controls, self.verdict, self.config_line, self.table, plots])
 
 
 __all__ = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from course_utils.rewards import DEFAULT_WEIGHTS, REWARD_NAMES, TOTAL_COLUMN, max_total_reward
@@ -109,8 +111,33 @@ def test_widget_assembles_and_exports_to_grpo_config(tmp_path):
 
     lab = RewardLab(preset="tuned")
     box = lab.widget
-    assert len(box.children) == 4
+    assert len(box.children) == 5
     config = GRPOConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **lab.grpo_config_kwargs()
     )
     assert list(config.reward_weights) == list(DEFAULT_WEIGHTS["tuned"])
+
+
+def _widget_tree(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _widget_tree(child)
+
+
+def test_lab_draws_table_and_plots_into_plain_widgets():
+    """The table is HTML and the plots PNG images, redrawn on every change."""
+    lab = RewardLab()
+    first_plot, first_table = bytes(lab.totals_plot.value), lab.table.value
+    assert first_plot.startswith(b"\x89PNG") and bytes(lab.advantages_plot.value).startswith(b"\x89PNG")
+    assert first_table.count("<tr") == len(SAMPLE_BANK) + 1  # header + one row per sample
+    assert all(html.escape(sample.label) in first_table for sample in SAMPLE_BANK)
+    lab.sliders["correctness_reward_func"].value = 0.0
+    assert bytes(lab.totals_plot.value) != first_plot and lab.table.value != first_table
+
+
+def test_lab_has_no_output_widget():
+    """An ipywidgets.Output capturing rich display() stalls nbclient/nbmake for a whole cell timeout
+    per call (notebook 03 once took 610 s in CI); the lab must not bring one back."""
+    import ipywidgets as widgets
+
+    assert not [w for w in _widget_tree(RewardLab().widget) if isinstance(w, widgets.Output)]
