@@ -39,6 +39,9 @@ class Profile:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = QWEN_LORA_TARGETS
+    # LoRA in the top N decoder layers only (None: every layer). The backward pass stops at the lowest
+    # adapted layer, so the layers below keep no activations and cost no backward compute.
+    lora_top_layers: int | None = None
     # The GRPO run
     num_generations: int = 8
     per_device_train_batch_size: int = 8
@@ -104,6 +107,7 @@ PROFILES: dict[str, Profile] = {
         load_in_4bit=False,
         lora_r=8,
         lora_alpha=16,
+        lora_top_layers=15,  # the cpu lab's set-up, so CI runs the same code path
         num_generations=2,
         per_device_train_batch_size=4,
         max_completion_length=24,
@@ -132,9 +136,13 @@ PROFILES: dict[str, Profile] = {
         lora_r=16,
         lora_alpha=32,
         train_dtype="bfloat16",  # LoRA on a bf16 copy: ~2x faster generation; adapters stay fp32
+        lora_top_layers=15,  # adapters in the top half: the backward pass stops at layer 15 (measured: -9% step time)
         num_generations=8,
-        per_device_train_batch_size=8,
-        max_completion_length=64,
+        # 8 completions per step, generated together, trained in 2 micro-batches of 4: TRL's CPU log-softmax
+        # workspace scales with the micro-batch (batch 8 in one pass peaked at 5.5 GB of RAM, 4 x 2 at 3.6 GB)
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_completion_length=96,
         max_steps=30,
         learning_rate=2e-4,  # LoRA: ~10x a full fine-tuning rate, to move within 30 steps
         beta=0.0,

@@ -347,9 +347,34 @@ def make_lora_config(profile: Profile | str | None = None, model: Any = None) ->
     targets = list(p.lora_target_modules)
     if model is not None:
         targets = lora_targets_in(model, targets)
+    layers = None
+    if p.lora_top_layers is not None:
+        if model is None:
+            raise ValueError(f"Profile {p.name!r} sets lora_top_layers: pass the model, whose depth picks the layers.")
+        layers = top_layer_indices(model, p.lora_top_layers)
     return LoraConfig(
-        r=p.lora_r, lora_alpha=p.lora_alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM"
+        r=p.lora_r,
+        lora_alpha=p.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        layers_to_transform=layers,
+        task_type="CAUSAL_LM",
     )
+
+
+def top_layer_indices(model: Any, count: int) -> list[int]:
+    """Indices of the top ``count`` decoder layers of ``model`` (for ``LoraConfig(layers_to_transform=...)``).
+
+    Why only the top layers: gradients flow from the loss down to the lowest trained parameter and stop
+    there, so adapting the top half halves the backward pass and the activations kept for it. The format
+    and answer habits GRPO shapes on the CPU lab live close enough to the output for that to be enough.
+    """
+    depth = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if not isinstance(depth, int):
+        raise ValueError(f"{type(model).__name__} has no config.num_hidden_layers: cannot pick its top layers")
+    if not isinstance(count, int) or not 1 <= count <= depth:
+        raise ValueError(f"lora_top_layers must be an integer from 1 to {depth} (the model's depth), got {count!r}")
+    return list(range(depth - count, depth))
 
 
 def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, Any]:
@@ -495,7 +520,9 @@ def warm_start(
         args=make_sft_config(p),
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=make_lora_config(p, model),
+        # Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format
+        # habit wherever it lives, and the adapter is merged away before GRPO starts its own.
+        peft_config=make_lora_config(p.override(lora_top_layers=None), model),
     )
     trainer.train()
     primed = trainer.model

@@ -3,6 +3,7 @@ a real short `ci` GRPO run, kill-and-resume, and the Qwen2 (GPU) code path on a 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import matplotlib
@@ -143,6 +144,31 @@ def test_lora_config_per_profile(offline_model_and_tokenizer):
     assert training.make_lora_config(get_profile("cpu").override(use_lora=False)) is None
     config = training.make_lora_config("ci", model)
     assert set(config.target_modules) == set(get_profile("ci").lora_target_modules)
+
+
+def test_lora_in_the_top_layers_only(offline_model_and_tokenizer):
+    """lora_top_layers adapts the top N decoder layers; the gradients stop below them (no backward there)."""
+    from peft import get_peft_model
+
+    model, _ = offline_model_and_tokenizer
+    depth = model.config.num_hidden_layers
+    config = training.make_lora_config(get_profile("ci").override(lora_top_layers=3), model)
+    assert config.layers_to_transform == [depth - 3, depth - 2, depth - 1]
+    every_layer = get_profile("ci").override(lora_top_layers=None)
+    assert training.make_lora_config(every_layer, model).layers_to_transform is None
+    peft_model = get_peft_model(copy.deepcopy(model), config)
+    adapted = {int(n.split(".layers.")[1].split(".")[0]) for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert adapted == {depth - 3, depth - 2, depth - 1}
+
+
+def test_lora_top_layers_bad_values(offline_model_and_tokenizer):
+    model, _ = offline_model_and_tokenizer
+    depth = model.config.num_hidden_layers
+    for bad in (0, depth + 1, 1.5):
+        with pytest.raises(ValueError, match=f"from 1 to {depth}"):
+            training.make_lora_config(get_profile("ci").override(lora_top_layers=bad), model)
+    with pytest.raises(ValueError, match="pass the model"):
+        training.make_lora_config(get_profile("ci").override(lora_top_layers=2))
 
 
 def test_lora_targets_missing_are_named(offline_model_and_tokenizer):
