@@ -6,14 +6,22 @@ same settings. Prints ``name: value`` lines.
 
     python benchmarks/bench_memory.py                 # ci sizes, full fine-tuning (the test's setting)
     python benchmarks/bench_memory.py --lora          # ci profile as is (LoRA)
-    python benchmarks/bench_memory.py --profile cpu   # the CPU lab's sizes (minutes)
+    python benchmarks/bench_memory.py --profile cpu --lora   # the CPU lab as it trains (about a minute)
+    python benchmarks/bench_memory.py --head                 # TRL's log-softmax workspace alone
 """
 
 from __future__ import annotations
 
 import argparse
 
-from course_utils.memory import measure_grpo_step_peak, memory_table
+from course_utils.memory import (
+    GB,
+    logprob_workspace_bytes,
+    measure_grpo_step_peak,
+    measure_logprob_workspace,
+    memory_table,
+    smollm2_spec,
+)
 from course_utils.profiles import get_profile
 
 
@@ -25,7 +33,15 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--table", action="store_true", help="also print the memory table for the course's hardware")
+    parser.add_argument("--head", action="store_true", help="measure TRL's log-softmax workspace alone, then stop")
     args = parser.parse_args()
+    if args.head:
+        for positions in (400, 1000):
+            measured = measure_logprob_workspace(positions=positions)
+            estimate = logprob_workspace_bytes(smollm2_spec(), positions, "cpu") / GB
+            print(f"logprob_workspace_{positions}_positions_measured_gb: {measured['backward_gb']:.3f}")
+            print(f"logprob_workspace_{positions}_positions_estimate_gb: {estimate:.3f}")
+        return
 
     profile = get_profile(args.profile)
     if not args.lora:
@@ -34,7 +50,7 @@ def main() -> None:
     estimate = result["estimate"]
     print(f"profile: {profile.name} ({'LoRA' if profile.use_lora else 'full fine-tuning'}, {args.steps} steps)")
     print(f"prompt_tokens: {result['prompt_tokens']}")
-    for part in ("weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "kv_cache_gb"):
+    for part in ("weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "logprob_gb", "kv_cache_gb"):
         print(f"estimate_{part}: {getattr(estimate, part):.3f}")
     print(f"memory_estimate_gb: {result['estimate_gb']:.3f}")
     print(f"memory_measured_peak_gb: {result['increase_gb']:.3f}")

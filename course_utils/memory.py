@@ -1,24 +1,26 @@
 """How much memory a GRPO run needs, estimated from the model's shape and the profile, before loading anything.
 
-Training memory has five parts, and each fix for "out of memory" shrinks a different one:
+Training memory has six parts, and each fix for "out of memory" shrinks a different one:
 
 - **weights**: parameters x bytes per parameter (4 in fp32, 2 in fp16/bf16, about 0.5 in 4-bit);
 - **gradients**: one per *trained* parameter (LoRA trains only the small adapters);
 - **optimizer state**: AdamW keeps two fp32 numbers per trained parameter (8 bytes), an 8-bit AdamW two bytes;
 - **activations**: what the forward pass keeps for the backward pass, proportional to the tokens in one
   micro-batch (``per_device_train_batch_size`` x (prompt + completion) tokens); gradient checkpointing keeps
-  only each layer's input and recomputes the rest;
+  only each layer's input and recomputes the rest; LoRA in the top layers only keeps nothing below them;
+- **log-softmax workspace**: TRL's chunked log-softmax over the output head, fp32 tiles of positions x
+  vocabulary chunk at the start of the backward pass (on the CPU every position is scored, prompt included);
 - **generation KV cache**: keys and values of every generated token, for the whole generation batch.
 
-Generation and the backward pass do not happen at the same time, so the estimate adds the larger of
-activations and KV cache to the parts that stay (weights, reference model, gradients, optimizer state).
-The numbers come from the model's config only: nothing is downloaded (``QWEN25_05B`` is written out below).
+The phases do not overlap: generation (KV cache), the backward pass (activations + workspace, plus the
+gradients when accumulation already holds them) and the optimizer step (gradients). The estimate adds the
+largest phase to the parts that stay (weights, reference model, optimizer state). The numbers come from the
+model's config only: nothing is downloaded (``QWEN25_05B`` is written out below).
 
-Checked against reality with ``measure_grpo_step_peak``: real ``GRPOTrainer`` steps in a fresh
+Checked against reality with ``measure_grpo_step_peak``: two real ``GRPOTrainer`` steps in a fresh
 subprocess on the CPU, whose peak resident memory increase must fall within +-30% of the estimate
-(``tests/test_memory.py``, full fine-tuning: about +5%; ``benchmarks/bench_memory.py``). Known gap: LoRA runs
-on the CPU measured 30-60% above the estimate (memory the estimator does not yet account for), so treat LoRA
-estimates as a lower bound.
+(``tests/test_memory.py``; measured with TRL 1.16: full fine-tuning +9%, the CPU lab's LoRA +9%, ci LoRA +5%;
+``benchmarks/bench_memory.py`` prints them). GPU figures are estimates: no GPU measured them here.
 """
 
 from __future__ import annotations
@@ -37,10 +39,18 @@ GB = 1024**3
 # A GSM8K chat prompt (system format instruction + question, through the chat template) is about
 # 100-200 tokens; prompts in a batch are left-padded to the longest, so we take the upper end.
 DEFAULT_PROMPT_TOKENS = 200
-# TRL scores completions with a chunked log-softmax (trl/kernels/chunked_logprob.py): at most
-# TOKEN_CHUNK_SIZE positions x _CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries of logits at once.
+# TRL scores completions with a chunked log-softmax over the output head (trl/kernels/chunked_logprob.py):
+# tiles of at most TOKEN_CHUNK_SIZE positions x _CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries, in fp32.
 LOGPROB_TOKEN_CHUNK = 4096
 LOGPROB_VOCAB_CHUNK = 32768
+# At the peak of the backward pass, on the CPU, where PyTorch ops fold the tiles: about 7.7 fp32 tiles of
+# positions x vocabulary chunk, plus 3.3 fp32 copies of one vocabulary chunk of the output head (the
+# gradient is accumulated in fp32). Every position is scored there, prompt included. Measured with TRL 1.16
+# on the course's CPU (``measure_logprob_workspace``: 857 MB at 600 positions, 1,465 MB at 1,200, SmolLM2's
+# head). On a GPU a Triton kernel folds the tiles, only completion tokens are scored and the product is
+# accumulated in fp32 directly: 2 tiles and no copies is our assumption there, not a measurement.
+LOGPROB_BACKWARD_TILES = {"cpu": 7.7, "cuda": 2.0}
+LOGPROB_WEIGHT_COPIES = {"cpu": 3.3, "cuda": 0.0}
 # Runtime memory that no tensor accounts for: the CUDA context and allocator slack on a GPU.
 RUNTIME_OVERHEAD_GB = {"cuda": 0.6, "cpu": 0.0}
 BYTES_PER_DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
@@ -202,32 +212,69 @@ class MemoryEstimate:
     activations_gb: float
     kv_cache_gb: float
     overhead_gb: float
+    logprob_gb: float = 0.0
+    accumulates_gradients: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
+    def training_phase_gb(self) -> float:
+        """The start of a backward pass: kept activations, the output head's log-softmax workspace, and the
+        gradients when an earlier micro-batch of the same step already holds them (gradient accumulation)."""
+        held = self.gradients_gb if self.accumulates_gradients else 0.0
+        return self.activations_gb + self.logprob_gb + held
+
+    @property
     def total_gb(self) -> float:
-        """Persistent parts plus the larger of the two phases (backward pass vs generation)."""
-        persistent = self.weights_gb + self.reference_model_gb + self.gradients_gb + self.optimizer_gb
-        return persistent + max(self.activations_gb, self.kv_cache_gb) + self.overhead_gb
+        """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation.
+
+        Gradients are freed after each optimizer step (``zero_grad`` sets them to None), so without
+        gradient accumulation they never meet the activations: by the end of the backward pass, the
+        activations are gone. Measured on the CPU (``measure_grpo_step_peak``, ci sizes): counting both at
+        once put full fine-tuning 28% over the measured peak, the phases 9%.
+        """
+        persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb
+        return persistent + max(self.training_phase_gb, self.gradients_gb, self.kv_cache_gb) + self.overhead_gb
 
     def as_row(self) -> dict[str, Any]:
         """One table row: the parts rounded to 0.01 GB, plus the total."""
-        row = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items() if k != "notes"}
+        skip = ("notes", "accumulates_gradients")
+        row = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items() if k not in skip}
         row["total_gb"] = round(self.total_gb, 2)
         return row
 
 
-def _activation_values_per_token(spec: ModelSpec, gradient_checkpointing: bool) -> float:
+def _activation_values_per_token(spec: ModelSpec, gradient_checkpointing: bool, use_lora: bool = False) -> float:
     """Numbers kept per token per decoder block for the backward pass.
 
     Counted for a Llama/Qwen block: two RMSNorms (input and output each: 4h), q and attention output
     (2h), the o_proj input (h), k and v (2 kv), the MLP's gate, SiLU(gate), up and their product (4 x
-    intermediate), plus the residual stream (h). With gradient checkpointing only the block input (h)
-    is kept, and one block's full set is rebuilt during the backward pass (added separately).
+    intermediate), plus the residual stream (h). With frozen MLP weights (LoRA on the attention
+    projections) the inputs kept only for weight gradients go: 2 x intermediate instead of 4. With
+    gradient checkpointing only the block input (h) is kept, and one block's full set is rebuilt during
+    the backward pass (added separately). Checked with ``saved_tensors_hooks`` on SmolLM2 (fp32): full
+    fine-tuning 11,206 values measured vs 11,136 counted; LoRA 7,967 vs 8,064.
     """
     if gradient_checkpointing:
         return float(spec.hidden_size)
-    return 8.0 * spec.hidden_size + 2.0 * spec.kv_dim + 4.0 * spec.intermediate_size
+    mlp = 2.0 if use_lora else 4.0
+    return 8.0 * spec.hidden_size + 2.0 * spec.kv_dim + mlp * spec.intermediate_size
+
+
+def _fp32_bytes_per_token(spec: ModelSpec, use_lora: bool) -> float:
+    """Extra fp32 copies kept per token per block when the weights are 16-bit.
+
+    RMSNorm computes in fp32 (both norms keep an fp32 copy of their input), and LoRA adapters are fp32,
+    so peft casts their inputs up (the attention input, shared by q/k/v, and the o_proj input). Measured
+    on SmolLM2 in bf16 with LoRA on q/k/v/o: 26,453 bytes per token per block, counted 25,344.
+    """
+    return 4.0 * spec.hidden_size * (2 + (2 if use_lora else 0))
+
+
+def logprob_workspace_bytes(spec: ModelSpec, scored_positions: int, device: str = "cpu") -> float:
+    """Peak memory of TRL's chunked log-softmax over the output head during the backward pass, in bytes."""
+    chunk = min(spec.vocab_size, LOGPROB_VOCAB_CHUNK)
+    tile = min(scored_positions, LOGPROB_TOKEN_CHUNK) * chunk * 4.0
+    return LOGPROB_BACKWARD_TILES[device] * tile + LOGPROB_WEIGHT_COPIES[device] * chunk * spec.hidden_size * 4.0
 
 
 def estimate_memory(
@@ -237,10 +284,12 @@ def estimate_memory(
     use_lora: bool = False,
     lora_r: int = 16,
     lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    lora_top_layers: int | None = None,
     load_in_4bit: bool = False,
     optimizer: str = "adamw",
     per_device_train_batch_size: int = 8,
     steps_per_generation: int = 1,
+    gradient_accumulation_steps: int | None = None,
     max_completion_length: int = 256,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     gradient_checkpointing: bool = False,
@@ -252,7 +301,8 @@ def estimate_memory(
 
     ``dtype`` is the dtype the weights are loaded in (fp32 on the CPU). A reference model is counted
     only where TRL builds one: ``beta > 0`` without LoRA (with LoRA, TRL disables the adapter instead).
-    LoRA adapters are kept in fp32. Activations assume memory-efficient attention (no seq x seq scores).
+    LoRA adapters are kept in fp32; ``lora_top_layers`` puts them in the top layers only, and the layers
+    below then keep no activations. Activations assume memory-efficient attention (no seq x seq scores).
     Not included: vLLM's own reservation (``vllm_gpu_memory_utilization``) when generation uses vLLM.
     """
     if dtype not in BYTES_PER_DTYPE:
@@ -271,6 +321,11 @@ def estimate_memory(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if load_in_4bit and not use_lora:
         raise ValueError("A 4-bit model cannot be fine-tuned directly: set use_lora=True (QLoRA) or load_in_4bit=False")
+    trained_layers = spec.num_layers
+    if use_lora and lora_top_layers is not None:
+        if not isinstance(lora_top_layers, int) or not 1 <= lora_top_layers <= spec.num_layers:
+            raise ValueError(f"lora_top_layers must be an integer from 1 to {spec.num_layers}, got {lora_top_layers!r}")
+        trained_layers = lora_top_layers
 
     width = BYTES_PER_DTYPE[dtype]
     params = spec.num_parameters
@@ -280,7 +335,7 @@ def estimate_memory(
     else:
         weights = params * width
     if use_lora:
-        trainable = spec.lora_parameters(lora_r, lora_target_modules)
+        trainable = spec.lora_parameters(lora_r, lora_target_modules) * trained_layers // spec.num_layers
         weights += trainable * 4.0
         gradients = trainable * 4.0
     else:
@@ -294,17 +349,18 @@ def estimate_memory(
     sequence = prompt_tokens + max_completion_length
     tokens = per_device_train_batch_size * sequence
     act_width = width  # activations come out in the weights' dtype
-    per_token = _activation_values_per_token(spec, gradient_checkpointing) * spec.num_layers
+    per_token = _activation_values_per_token(spec, gradient_checkpointing, use_lora) * act_width * trained_layers
+    if width < 4 and not gradient_checkpointing:
+        per_token += _fp32_bytes_per_token(spec, use_lora) * trained_layers
     if gradient_checkpointing:
-        per_token += _activation_values_per_token(spec, False)  # the block being recomputed
-    # TRL's chunked log-softmax never holds full logits: one buffer of at most 4096 positions x 32768
-    # vocabulary entries, plus an fp32 gradient of the output head when that head is trained.
+        per_token += _activation_values_per_token(spec, False, use_lora) * act_width  # the block being recomputed
+    # On the CPU TRL scores every position of the micro-batch; on a GPU only the completion tokens.
     scored = tokens if device == "cpu" else per_device_train_batch_size * max_completion_length
-    logits = min(scored, LOGPROB_TOKEN_CHUNK) * min(spec.vocab_size, LOGPROB_VOCAB_CHUNK) * act_width
+    logprob = logprob_workspace_bytes(spec, scored, device)
     if not use_lora:
-        logits += spec.vocab_size * spec.hidden_size * 4.0
+        logprob += spec.vocab_size * spec.hidden_size * 4.0  # fp32 gradient of the trained output head
     embeddings_out = tokens * spec.hidden_size * 2  # embedding output and final norm
-    activations = tokens * per_token * act_width + logits + embeddings_out * act_width
+    activations = tokens * per_token + embeddings_out * act_width
     generation_batch = per_device_train_batch_size * steps_per_generation
     kv_cache = 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
     return MemoryEstimate(
@@ -318,6 +374,8 @@ def estimate_memory(
         activations_gb=activations / GB,
         kv_cache_gb=kv_cache / GB,
         overhead_gb=RUNTIME_OVERHEAD_GB[device],
+        logprob_gb=logprob / GB,
+        accumulates_gradients=(gradient_accumulation_steps or steps_per_generation) > 1,
         notes=tuple(notes),
     )
 
@@ -342,10 +400,12 @@ def estimate_for_profile(
         use_lora=p.use_lora,
         lora_r=p.lora_r,
         lora_target_modules=p.lora_target_modules,
+        lora_top_layers=p.lora_top_layers,
         load_in_4bit=p.load_in_4bit,
         optimizer=optimizer,
         per_device_train_batch_size=p.per_device_train_batch_size,
         steps_per_generation=p.gradient_accumulation_steps,
+        gradient_accumulation_steps=p.gradient_accumulation_steps,
         max_completion_length=p.max_completion_length,
         prompt_tokens=prompt_tokens,
         gradient_checkpointing=p.gradient_checkpointing,
@@ -363,7 +423,10 @@ def memory_table() -> Any:
     import pandas as pd
 
     t4, gpu, cpu = get_profile("colab-t4"), get_profile("gpu"), get_profile("cpu")
-    lab_setup = f"cpu profile: {cpu.train_dtype or cpu.dtype}, " + (f"LoRA r={cpu.lora_r}" if cpu.use_lora else "full")
+    layers = f" in the top {cpu.lora_top_layers} layers" if cpu.lora_top_layers else ""
+    lab_setup = f"cpu profile: {cpu.train_dtype or cpu.dtype}, " + (
+        f"LoRA r={cpu.lora_r}{layers}" if cpu.use_lora else "full"
+    )
     full_fp16 = t4.override(use_lora=False, load_in_4bit=False, gradient_checkpointing=False)
     rows = [
         ("T4", "colab-t4 profile: 4-bit + LoRA, fp16, checkpointing", estimate_for_profile(t4)),
@@ -467,20 +530,17 @@ def _peak_rss_gb() -> float:
 def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
     """Inside the fresh subprocess: one real GRPOTrainer run; peak RSS above the post-import baseline."""
     import torch
-    from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
     from course_utils.data import load_gsm8k
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.training import load_model_for_training, make_lora_config, precision_flags
 
     p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     torch.manual_seed(0)
     rows = p.per_device_train_batch_size * p.gradient_accumulation_steps * steps // p.num_generations
     dataset = load_gsm8k("train", formatted=True, limit=max(rows, 1), verbose=False)
     baseline = _rss_gb()
-    model, tokenizer = load_model_and_tokenizer(p)
-    if p.train_dtype:
-        model = model.to(getattr(torch, p.train_dtype))
+    model, tokenizer = load_model_for_training(p)  # the lab's own loading: its train_dtype and all
     after_load = _rss_gb()
     prompts = [tokenizer.apply_chat_template(r, add_generation_prompt=True, tokenize=False) for r in dataset["prompt"]]
     prompt_tokens = max(len(tokenizer(text)["input_ids"]) for text in prompts)
@@ -490,8 +550,7 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
 
     args = GRPOConfig(
         output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "course-memory-measure"),
-        use_cpu=True,
-        bf16=False,
+        **precision_flags(p),
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -505,18 +564,13 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
         gradient_checkpointing=p.gradient_checkpointing,
         generation_kwargs={"min_new_tokens": p.max_completion_length},  # full-length completions: the worst case
     )
-    peft_config = None
-    if p.use_lora:
-        peft_config = LoraConfig(
-            r=p.lora_r, lora_alpha=p.lora_alpha, target_modules=list(p.lora_target_modules), task_type="CAUSAL_LM"
-        )
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         reward_funcs=length_reward,
         args=args,
         train_dataset=dataset,
-        peft_config=peft_config,
+        peft_config=make_lora_config(p, model),
     )
     trainer.train()
     peak = _peak_rss_gb()
@@ -566,3 +620,79 @@ def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeou
     estimate = estimate_for_profile(p, prompt_tokens=measured["prompt_tokens"])
     error = 100 * (estimate.total_gb - measured["increase_gb"]) / measured["increase_gb"]
     return {**measured, "profile": p.name, "estimate_gb": estimate.total_gb, "error_pct": error, "estimate": estimate}
+
+
+def _run_logprob_workspace(positions: int, hidden_size: int, vocab_size: int, dtype: str) -> dict[str, float]:
+    """Inside the fresh subprocess: TRL's chunked log-softmax forward and backward, peak RSS of each phase."""
+    import threading
+    import time
+
+    import torch
+    from trl.kernels import ChunkedLogProbFunction
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def resident() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * page
+
+    def peak_while(run: Any) -> int:
+        """Peak resident memory above the start while ``run()`` works, sampled every millisecond."""
+        start, peak, running = resident(), [0], [True]
+
+        def sample() -> None:
+            while running[0]:
+                peak[0] = max(peak[0], resident() - start)
+                time.sleep(0.001)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            run()
+        finally:
+            running[0] = False
+            sampler.join()
+        return peak[0]
+
+    torch.manual_seed(0)
+    weight = torch.randn(vocab_size, hidden_size, dtype=getattr(torch, dtype)) * 0.02
+    hidden = torch.randn(positions, hidden_size, dtype=weight.dtype, requires_grad=True)
+    labels = torch.randint(0, vocab_size, (positions,))
+    outputs: dict[str, Any] = {}
+
+    def forward() -> None:
+        outputs["logps"], outputs["entropy"], *_ = ChunkedLogProbFunction.apply(
+            hidden, weight, None, labels, 1.0, LOGPROB_VOCAB_CHUNK, None, 1.0, ("log_probs", "entropy")
+        )
+
+    forward_peak = peak_while(forward)
+    backward_peak = peak_while(lambda: outputs["logps"].sum().backward())
+    tile = min(positions, LOGPROB_TOKEN_CHUNK) * min(vocab_size, LOGPROB_VOCAB_CHUNK) * 4
+    return {"forward_gb": forward_peak / GB, "backward_gb": backward_peak / GB, "tile_gb": tile / GB}
+
+
+def measure_logprob_workspace(
+    positions: int = 800, spec: ModelSpec | None = None, dtype: str = "bfloat16", timeout: float = 300
+) -> dict[str, float]:
+    """Peak memory of TRL's chunked log-softmax (forward, backward) over ``positions`` positions, on the CPU.
+
+    Runs TRL's own ``ChunkedLogProbFunction`` (random weights of the model's output-head shape, SmolLM2 by
+    default) in a fresh process, so that ``logprob_workspace_bytes`` stays a measurement of the installed TRL.
+    """
+    if not isinstance(positions, int) or positions < 1:
+        raise ValueError(f"positions must be a positive integer, got {positions!r}")
+    if dtype not in BYTES_PER_DTYPE:
+        raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
+    spec = spec or smollm2_spec()
+    code = (
+        "import sys, json; from course_utils.memory import _run_logprob_workspace as run; "
+        "print(json.dumps(run(*map(int, sys.argv[1:4]), sys.argv[4])))"
+    )
+    args = [str(positions), str(spec.hidden_size), str(spec.vocab_size), dtype]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # freed tiles go back to the OS at once
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"The measurement subprocess failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -279,7 +279,8 @@ def plot_train_vs_validation(train: list[dict], validation: list[dict], title: s
 def plot_memory_breakdown(table: Any, available_gb: float | None = None, title: str = "") -> Figure:
     """Stacked bars of the memory estimate's parts, one bar per row of ``memory.what_if_table``.
 
-    The larger of activations and KV cache is drawn (they are not needed at the same time), and a
+    The larger of the training phase (activations plus the output head's log-softmax workspace) and the
+    KV cache is drawn (they are not needed at the same time), and a
     dashed line marks the memory the GPU offers, so each fix shows which part it shrinks.
     """
     import numpy as np
@@ -292,8 +293,11 @@ def plot_memory_breakdown(table: Any, available_gb: float | None = None, title: 
         values = table[part].to_numpy(dtype=float)
         ax.bar(labels, values, bottom=bottom, label=part.removesuffix("_gb").replace("_", " "))
         bottom += values
-    peak = np.maximum(table["activations_gb"].to_numpy(dtype=float), table["kv_cache_gb"].to_numpy(dtype=float))
-    ax.bar(labels, peak, bottom=bottom, label="activations (or KV cache)", hatch="//", alpha=0.7)
+    training = table["activations_gb"].to_numpy(dtype=float)
+    if "logprob_gb" in table:
+        training = training + table["logprob_gb"].to_numpy(dtype=float)
+    peak = np.maximum(training, table["kv_cache_gb"].to_numpy(dtype=float))
+    ax.bar(labels, peak, bottom=bottom, label="activations + log-softmax (or KV cache)", hatch="//", alpha=0.7)
     if available_gb is not None:
         ax.axhline(available_gb, color="black", linestyle="--", label=f"available {available_gb:g} GB")
     ax.set(ylabel="GB", title=title or "Estimated peak memory by part")

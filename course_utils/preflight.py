@@ -372,6 +372,10 @@ def _model_settings(model: Any, values: dict[str, Any], hardware: Hardware) -> d
         known = settings["spec"].module_shapes()
         settings["lora_r"] = adapter.r
         settings["lora_target_modules"] = tuple(name for name in known if name in targets)
+        layers = adapter.layers_to_transform
+        if layers is not None:  # the backward pass runs down to the lowest adapted layer
+            lowest = min(layers) if isinstance(layers, list) else int(layers)
+            settings["lora_top_layers"] = settings["spec"].num_layers - lowest
     return settings
 
 
@@ -399,7 +403,8 @@ def _check_memory(
     need, have = estimate.total_gb, hardware.available_memory_gb
     parts = (
         f"weights {estimate.weights_gb:.2f}, gradients {estimate.gradients_gb:.2f}, optimizer "
-        f"{estimate.optimizer_gb:.2f}, activations {estimate.activations_gb:.2f} GB"
+        f"{estimate.optimizer_gb:.2f}, activations {estimate.activations_gb:.2f}, log-softmax workspace "
+        f"{estimate.logprob_gb:.2f} GB"
     )
     fix = (
         "Lower per_device_train_batch_size and raise gradient_accumulation_steps (same completions per step), "
