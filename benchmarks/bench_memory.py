@@ -1,7 +1,7 @@
 """Memory estimate versus the measured peak of a real GRPOTrainer run on the CPU.
 
 Runs ``course_utils.memory.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh Python process,
-peak resident memory (``ru_maxrss``) above the post-import baseline, against ``estimate_for_profile`` for the
+peak resident memory (``VmHWM``) above the post-import baseline, against ``estimate_for_profile`` for the
 same settings. Prints ``name: value`` lines.
 
     python benchmarks/bench_memory.py                 # ci sizes, full fine-tuning (the test's setting)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import resource
 import statistics
 import time
 from typing import Any
@@ -29,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import TrainerCallback
 
 from course_utils import training
+from course_utils.memory import peak_rss_gb
 from course_utils.profiles import get_profile
 
 
@@ -65,11 +65,6 @@ class GenerateTimer:
                 self.seconds.append(time.perf_counter() - started)
 
         model.generate = timed
-
-
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process in GB (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
 def main() -> None:

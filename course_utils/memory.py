@@ -520,11 +520,25 @@ def _rss_gb() -> float:
     return psutil.Process().memory_info().rss / GB
 
 
-def _peak_rss_gb() -> float:
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process's address space in GB: ``VmHWM`` from ``/proc/self/status``.
+
+    Not ``getrusage().ru_maxrss``: Linux carries the *parent's* peak into a child started with fork or
+    vfork + exec, so a measurement subprocess of a 2.8 GB pytest process reported at least 2.8 GB whatever
+    it did. ``VmHWM`` belongs to the address space the child got at exec. Falls back to ``ru_maxrss`` where
+    there is no ``/proc`` (macOS reports it in bytes, Linux in kilobytes).
+    """
     import resource
 
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
-    return peak_kb * 1024 / GB
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / GB
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / GB if sys.platform == "darwin" else peak * 1024 / GB
 
 
 def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
@@ -573,7 +587,7 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
         peft_config=make_lora_config(p, model),
     )
     trainer.train()
-    peak = _peak_rss_gb()
+    peak = peak_rss_gb()
     return {
         "baseline_gb": baseline,
         "peak_gb": peak,
@@ -590,7 +604,8 @@ def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeou
     the first to hold weights, optimizer state, activations and gradients together (the estimate's peak).
 
     A fresh process so that nothing this process already allocated hides in the peak. The peak resident
-    set size (``ru_maxrss``) minus the resident size after the imports is the training run's own memory.
+    set size (``VmHWM``, see ``peak_rss_gb``) minus the resident size after the imports is the training
+    run's own memory.
     Completions are forced to full length (the estimate's worst case). Returns the measurement, the
     estimate for the same settings and the error in percent.
     """

@@ -16,6 +16,7 @@ from course_utils.memory import (
     measure_grpo_step_peak,
     measure_logprob_workspace,
     memory_table,
+    peak_rss_gb,
     smollm2_spec,
     spec_from_config,
     what_if_table,
@@ -198,3 +199,16 @@ def test_log_softmax_measurement_bad_input():
         measure_logprob_workspace(positions=0)
     with pytest.raises(ValueError, match="dtype"):
         measure_logprob_workspace(dtype="int8")
+
+
+def test_peak_rss_of_a_child_is_its_own():
+    """ru_maxrss would hand a child its parent's peak (Linux, fork/vfork + exec); peak_rss_gb must not."""
+    import subprocess
+    import sys
+
+    ballast = bytearray(400 * 2**20)  # 400 MB resident in this process
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    code = "from course_utils.memory import peak_rss_gb; print(peak_rss_gb())"
+    child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert peak_rss_gb() > 0.4 > child > 0.005, (peak_rss_gb(), child)
+    del ballast
