@@ -544,10 +544,10 @@ def peak_rss_gb() -> float:
 def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
     """Inside the fresh subprocess: one real GRPOTrainer run; peak RSS above the post-import baseline."""
     import torch
-    from trl import GRPOConfig, GRPOTrainer
+    import trl  # noqa: F401  (imported before the baseline: its own memory is not the run's)
 
     from course_utils.data import load_gsm8k
-    from course_utils.training import load_model_for_training, make_lora_config, precision_flags
+    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
 
     p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     torch.manual_seed(0)
@@ -562,30 +562,15 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
     def length_reward(completions: list, **_: Any) -> list[float]:
         return [len(c[0]["content"]) / 100 for c in completions]
 
-    args = GRPOConfig(
-        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "course-memory-measure"),
-        **precision_flags(p),
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
+    config = make_grpo_config(
+        p,
+        output_dir=Path(os.environ.get("TMPDIR", "/tmp")) / "course-memory-measure",
         max_steps=steps,
-        per_device_train_batch_size=p.per_device_train_batch_size,
-        num_generations=p.num_generations,
-        gradient_accumulation_steps=p.gradient_accumulation_steps,
-        max_completion_length=p.max_completion_length,
-        learning_rate=p.learning_rate,
-        beta=p.beta,
-        gradient_checkpointing=p.gradient_checkpointing,
+        save_strategy="no",
+        reward_weights=None,
         generation_kwargs={"min_new_tokens": p.max_completion_length},  # full-length completions: the worst case
     )
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=length_reward,
-        args=args,
-        train_dataset=dataset,
-        peft_config=make_lora_config(p, model),
-    )
+    trainer = build_trainer(model, tokenizer, p, train_dataset=dataset, config=config, reward_funcs=[length_reward])
     trainer.train()
     peak = peak_rss_gb()
     return {
