@@ -811,16 +811,23 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
+def _recent(logs: list[dict[str, Any]], key: str) -> tuple[int, float] | None:
+    """The last logged step of ``key`` and its mean over the last ``WINDOW`` logs (None when never logged)."""
+    series = _series(logs, key)[-WINDOW:]
+    return (series[-1][0], _mean([v for _, v in series])) if series else None
+
+
 def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
-    series = _series(logs, "reward_std")[-WINDOW:]
-    if not series or _mean([v for _, v in series]) >= THRESHOLDS["reward_std_low"]:
+    recent = _recent(logs, "reward_std")
+    if recent is None or recent[1] >= THRESHOLDS["reward_std_low"]:
         return []
+    step, reward_std = recent
     reward = _mean([v for _, v in _series(logs, "reward")[-WINDOW:]])
     return [
         Finding(
             "reward_std_low",
-            series[-1][0],
-            f"reward_std is {_mean([v for _, v in series]):.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward "
+            step,
+            f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward "
             f"{reward:.2f}: the completions of a group all score the same",
             "if the reward is high the run has converged; if it is low there is no signal: warm-start the "
             "format, use a denser reward or a higher temperature",
@@ -866,14 +873,15 @@ def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
 
 
 def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
-    series = _series(logs, "frac_reward_zero_std")[-WINDOW:]
-    if not series or _mean([v for _, v in series]) <= THRESHOLDS["zero_std_high"]:
+    recent = _recent(logs, "frac_reward_zero_std")
+    if recent is None or recent[1] <= THRESHOLDS["zero_std_high"]:
         return []
+    step, zero_std = recent
     return [
         Finding(
             "zero_std_high",
-            series[-1][0],
-            f"{_mean([v for _, v in series]):.0%} of the groups have identical rewards (frac_reward_zero_std)",
+            step,
+            f"{zero_std:.0%} of the groups have identical rewards (frac_reward_zero_std)",
             "those groups give no learning signal: warm-start the format, a denser reward, more completions "
             "per group or a higher temperature",
         )
@@ -881,14 +889,15 @@ def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
 
 
 def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
-    series = _series(logs, "completions/clipped_ratio")[-WINDOW:]
-    if not series or _mean([v for _, v in series]) <= THRESHOLDS["clipped_high"]:
+    recent = _recent(logs, "completions/clipped_ratio")
+    if recent is None or recent[1] <= THRESHOLDS["clipped_high"]:
         return []
+    step, clipped = recent
     return [
         Finding(
             "clipped_high",
-            series[-1][0],
-            f"{_mean([v for _, v in series]):.0%} of the completions hit max_completion_length (clipped ratio)",
+            step,
+            f"{clipped:.0%} of the completions hit max_completion_length (clipped ratio)",
             "truncated completions lose their </answer>: raise max_completion_length or teach shorter answers",
         )
     ]
