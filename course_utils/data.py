@@ -14,6 +14,7 @@ is an error naming the row, or, in the explicit lenient mode, a reported skip.
 Also here, for notebook 02 and the pre-flight check: ``check_calculator_notes`` (verifies the bundled
 sample), ``PITFALL_PARSERS`` / ``pitfall_report`` (deliberately wrong parsers and the rows they lose),
 ``render_prompt`` / ``continuation_probability`` / ``greedy_replies`` (what the model sees and does),
+``prompt_token_lengths`` / ``rows_with_short_prompts`` (the prompt cap of the ``cpu`` lab),
 ``token_length_stats`` / ``reference_length_percentile`` / ``recommended_completion_length``,
 ``save_splits`` / ``load_splits`` and ``measure_dataset_vs_dicts``.
 """
@@ -550,6 +551,28 @@ def count_tokens(tokenizer: Any, texts: Sequence[str]) -> list[int]:
     return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
+def prompt_token_lengths(tokenizer: Any, prompts: Sequence[list[dict[str, str]]]) -> list[int]:
+    """Token count of each chat prompt as the model receives it: template applied, assistant turn opened."""
+    if not prompts:
+        return []
+    rendered = tokenizer.apply_chat_template(list(prompts), tokenize=False, add_generation_prompt=True)
+    return count_tokens(tokenizer, rendered)
+
+
+def rows_with_short_prompts(lengths: Sequence[int], max_tokens: int, limit: int | None = None) -> list[int]:
+    """Indices, in order, of the rows whose prompt has at most ``max_tokens`` tokens (the first ``limit`` of them).
+
+    A filter, never a truncation: a GSM8K question cut short loses the numbers it needs, and its gold
+    answer no longer follows from what the model reads.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a positive number of rows or None, got {limit}")
+    kept = [index for index, length in enumerate(lengths) if length <= max_tokens]
+    return kept[:limit] if limit is not None else kept
+
+
 def greedy_replies(
     model: Any, tokenizer: Any, conversations: Sequence[list[dict[str, str]]], max_new_tokens: int = 24
 ) -> list[str]:
@@ -665,9 +688,7 @@ def token_length_stats(dataset: Any, tokenizer: Any) -> TokenLengthStats:
     token: what a completion needs on top of its reasoning to earn the format rewards.
     """
     prompts, reasonings, answers = _texts_for_lengths(dataset)
-    prompt_lengths = count_tokens(
-        tokenizer, tokenizer.apply_chat_template(prompts, tokenize=False, add_generation_prompt=True)
-    )
+    prompt_lengths = prompt_token_lengths(tokenizer, prompts)
     reasoning_lengths = count_tokens(tokenizer, reasonings)
     longest_answer = max(answers, key=len)
     overhead = count_tokens(tokenizer, [XML_TEMPLATE.format(reasoning="", answer=longest_answer)])[0] + 1

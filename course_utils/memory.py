@@ -385,15 +385,17 @@ def estimate_for_profile(
     spec: ModelSpec | None = None,
     *,
     optimizer: str = "adamw",
-    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    prompt_tokens: int | None = None,
     label: str | None = None,
 ) -> MemoryEstimate:
     """The estimate for a course profile (sizes read from ``course_utils.profiles``).
 
     The weights' dtype is the profile's ``train_dtype`` when it has one (the CPU lab trains in bf16 on CPUs
-    that support it), else its ``dtype``.
+    that support it), else its ``dtype``. ``prompt_tokens`` defaults to the profile's prompt cap
+    (``max_prompt_tokens``) when it has one, else to a generous GSM8K prompt.
     """
     p = get_profile(profile)
+    prompt_tokens = prompt_tokens or p.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
     return estimate_memory(
         spec or spec_for_profile(p),
         dtype=p.train_dtype or p.dtype,

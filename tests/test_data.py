@@ -31,8 +31,10 @@ from course_utils.data import (
     load_splits,
     pitfall_outcomes,
     pitfall_report,
+    prompt_token_lengths,
     recommended_completion_length,
     reference_length_percentile,
+    rows_with_short_prompts,
     sample_path,
     save_splits,
     swapped_roles_prompt,
@@ -487,6 +489,26 @@ def test_token_length_stats_match_direct_tokenization(tokenizer, offline_sample)
     ]
     assert token_length_stats(formatted, tokenizer) == stats  # raw or formatted rows give the same numbers
     assert stats.xml_overhead > len(tokenizer.encode("<answer></answer>", add_special_tokens=False))
+
+
+def test_prompt_token_lengths_count_what_the_model_receives(tokenizer):
+    prompts = [build_prompt(GOOD["question"]), build_prompt("What is 12 times 11, minus 7, divided by 5?")]
+    assert prompt_token_lengths(tokenizer, prompts) == [len(template_ids(tokenizer, p)) for p in prompts]
+    assert prompt_token_lengths(tokenizer, []) == []
+
+
+def test_rows_with_short_prompts_filters_in_order():
+    lengths = [90, 60, 75, 80, 81, 40]
+    assert rows_with_short_prompts(lengths, 80) == [1, 2, 3, 5]  # 80 itself fits
+    assert rows_with_short_prompts(lengths, 80, limit=2) == [1, 2]
+    assert rows_with_short_prompts(lengths, 30) == []
+    assert rows_with_short_prompts([], 80) == []
+
+
+@pytest.mark.parametrize("max_tokens, limit, field", [(0, None, "max_tokens"), (-5, 3, "max_tokens"), (80, 0, "limit")])
+def test_rows_with_short_prompts_rejects_bad_bounds(max_tokens, limit, field):
+    with pytest.raises(ValueError, match=field):
+        rows_with_short_prompts([50, 60], max_tokens, limit=limit)
 
 
 def test_percentiles_and_recommendation(tokenizer, offline_sample):

@@ -212,3 +212,10 @@ def test_peak_rss_of_a_child_is_its_own():
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert peak_rss_gb() > 0.4 > child > 0.005, (peak_rss_gb(), child)
     del ballast
+
+
+def test_profile_estimate_uses_the_prompt_cap():
+    capped, cap = estimate_for_profile("cpu"), get_profile("cpu").max_prompt_tokens
+    assert cap is not None
+    assert capped.total_gb == pytest.approx(estimate_for_profile("cpu", prompt_tokens=cap).total_gb)
+    assert capped.total_gb < estimate_for_profile("cpu", prompt_tokens=200).total_gb
