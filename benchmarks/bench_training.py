@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import TrainerCallback
 
-from course_utils import training
+from course_utils import monitoring, training
 from course_utils.memory import peak_rss_gb
 from course_utils.profiles import get_profile
 
@@ -77,11 +77,11 @@ def main() -> None:
     result = training.run_training(profile, callbacks=[steps], before_train=generate.attach)
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
-    logs = training.training_logs(result.trainer.state.log_history)
+    logs = monitoring.training_logs(result.trainer.state.log_history)
     config = result.trainer.args
     completions_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
     tokens = sum(e["completions/mean_length"] * completions_per_step for e in logs)
-    first, last = training.reward_fifths(logs)
+    first, last = monitoring.reward_fifths(logs)
     print(f"train_steps: {len(steps.seconds)}")
     print(f"train_step_seconds: {statistics.median(steps.seconds):.2f}")
     print(f"train_completion_tokens_per_second: {tokens / sum(steps.seconds):.1f}")

@@ -171,7 +171,7 @@ def check_04_kl_field(answer: Any) -> bool:
 def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:
     """Which monitoring rule fires on ``log_history``? (a rule name such as ``"clipped_high"``)."""
     try:
-        from course_utils.training import monitor
+        from course_utils.monitoring import monitor
 
         fired = {finding.rule for finding in monitor(log_history)}
     except (TypeError, ValueError) as exc:

@@ -1,16 +1,16 @@
-"""Training with TRL's ``GRPOTrainer``: config from a profile, warm start, live dashboard, monitoring, saving.
+"""Training with TRL's ``GRPOTrainer``: config from a profile, LoRA, the training prompts, the run, saving.
 
 Notebook 04 calls these functions one per cell, so every step of a GRPO run is visible and short:
 
 1. ``make_grpo_config(profile)``: the real ``GRPOConfig`` fields, read from the hardware profile, with
    the generation batch checked *before* TRL would crash on it (``check_generation_batch``).
-2. ``warm_start(...)``: a short supervised "cold start" with TRL's ``SFTTrainer`` (as DeepSeek-R1 does)
-   so a small model writes the XML format sometimes; with no format at all every reward is 0, every
-   group has the same reward and GRPO has nothing to learn from.
-3. ``build_trainer(...)``: ``GRPOTrainer`` with the course's rewards and their weights.
-4. ``LiveDashboard``: a ``TrainerCallback`` that redraws the training curves at every log.
-5. ``monitor(log_history)``: the monitoring rules as code; ``save_run_artifacts`` writes CSV and PNG.
-6. ``save_final`` / ``load_trained_model``: the result, in the folder notebook 05 loads.
+2. ``load_model_for_training`` / ``make_lora_config``: the model in its training dtype, LoRA from the profile.
+3. ``training_dataset(profile)``: the GRPO prompts (capped in length on the CPU, ``max_prompt_tokens``).
+4. ``build_trainer(...)``: ``GRPOTrainer`` with the course's rewards and their weights; ``train`` resumes.
+5. ``save_final`` / ``load_trained_model``: the result, in the folder notebook 05 loads.
+
+The warm start before GRPO lives in ``course_utils.warm_start``; the dashboard, the saved log history and
+the monitoring rules in ``course_utils.monitoring``. ``run_training`` chains everything for scripts.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 from transformers import TrainerCallback
@@ -34,7 +33,6 @@ from course_utils.profiles import Profile, get_profile
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
 RUN_INFO_FILENAME = "course_run.json"
-WARM_START_MICRO_BATCH = 2  # warm-start sequences per forward pass (memory); the profile sets the effective batch
 WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or saved model says it was primed
 
 
@@ -406,143 +404,53 @@ def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, 
 # --- Data ------------------------------------------------------------------------------------------
 
 
-def training_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
-    """The GRPO prompts: the first ``train_size`` GSM8K train problems, with ``prompt`` and gold ``answer``."""
+def training_dataset(
+    profile: Profile | str | None = None, folder: str | Path | None = None, tokenizer: Any = None
+) -> Any:
+    """The GRPO prompts: the first ``train_size`` GSM8K train problems, with ``prompt`` and gold ``answer``.
+
+    With ``profile.max_prompt_tokens`` set, the first ``train_size`` problems whose prompt fits (the
+    ``tokenizer`` counts them), from the rows the warm start does not use; how many fit is printed.
+    """
     from course_utils.data import load_gsm8k
 
     p = get_profile(profile)
-    return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
-
-
-def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
-    """The assistant answer the warm start teaches: the first reference reasoning line(s) and the number, in XML.
-
-    Short on purpose: the lesson is the *format* (and that it ends), not the arithmetic; a long target
-    would teach the model to write past ``max_completion_length`` and get truncated.
-    """
-    from course_utils.data import extract_hash_answer, extract_reasoning
-
-    if reasoning_lines < 0:
-        raise ValueError(f"reasoning_lines must be >= 0, got {reasoning_lines}")
-    lines = [re.sub(r"<<[^<>]*>>", "", line).strip() for line in extract_reasoning(solution).splitlines()]
-    reasoning = "\n".join(line for line in lines if line)
-    reasoning = "\n".join(reasoning.splitlines()[:reasoning_lines])
-    return f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{extract_hash_answer(solution)}\n</answer>"
-
-
-def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
-    """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
-    from datasets import Dataset
-
-    from course_utils.data import build_prompt, load_gsm8k
-
-    p = get_profile(profile)
-    if p.warm_start_examples < 1:
-        raise ValueError(f"Profile {p.name!r} has warm_start_examples={p.warm_start_examples}: no warm start to build.")
-    raw = load_gsm8k("train", folder, verbose=False)
-    if len(raw) < p.train_size + p.warm_start_examples:
+    if p.max_prompt_tokens is None:
+        return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
+    if tokenizer is None:
         raise ValueError(
-            f"GSM8K train has {len(raw)} rows, fewer than train_size + warm_start_examples = "
-            f"{p.train_size + p.warm_start_examples}: lower one of them, or point GSM8K_DIR at the full data."
+            f"Profile {p.name!r} trains on prompts of at most {p.max_prompt_tokens} tokens (max_prompt_tokens): "
+            "pass the tokenizer that counts them, training_dataset(profile, tokenizer=tokenizer)."
         )
-    rows = raw.select(range(len(raw) - p.warm_start_examples, len(raw)))
-    return Dataset.from_list(
-        [
-            {
-                "prompt": build_prompt(row["question"]),
-                "completion": [
-                    {"role": "assistant", "content": warm_start_target(row["answer"], p.warm_start_reasoning_lines)}
-                ],
-            }
-            for row in rows
-        ]
+    return _short_prompt_dataset(p, load_gsm8k("train", folder, formatted=True), tokenizer)
+
+
+def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
+    """The first ``train_size`` problems whose prompt has at most ``max_prompt_tokens`` tokens, said aloud."""
+    from course_utils.data import prompt_token_lengths, rows_with_short_prompts
+
+    candidates = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))
+    lengths = prompt_token_lengths(tokenizer, candidates["prompt"])
+    fitting = rows_with_short_prompts(lengths, p.max_prompt_tokens)
+    if not fitting:
+        raise ValueError(
+            f"No GSM8K train prompt has at most {p.max_prompt_tokens} tokens (max_prompt_tokens of profile "
+            f"{p.name!r}); the shortest has {min(lengths, default=0)}. Raise max_prompt_tokens, or set it to None."
+        )
+    kept = fitting[: p.train_size]
+    mean_kept = sum(lengths[i] for i in kept) / len(kept)
+    print(
+        f"Prompts of at most {p.max_prompt_tokens} tokens: {len(fitting):,} of {len(candidates):,} problems fit; "
+        f"training on the first {len(kept):,} (mean prompt {mean_kept:.0f} tokens, "
+        f"{sum(lengths) / len(lengths):.0f} over all of them)."
     )
-
-
-# --- Warm start (SFT cold start) ---------------------------------------------------------------------
-
-
-def make_sft_config(
-    profile: Profile | str | None = None, output_dir: str | Path | None = None, **overrides: Any
-) -> Any:
-    """The ``trl.SFTConfig`` of the warm start: a few steps at a high learning rate, nothing saved."""
-    from trl import SFTConfig
-
-    p = get_profile(profile)
-    kwargs: dict[str, Any] = {
-        "output_dir": str(output_dir or default_run_dir(p) / WARM_START_DIRNAME),
-        "num_train_epochs": p.warm_start_epochs,
-        # Same effective batch in micro-batches: SFT computes logits (49k vocab) for every token, and at batch
-        # 8 that alone peaked above 5 GB of RAM on the cpu profile.
-        "per_device_train_batch_size": min(p.warm_start_batch_size, WARM_START_MICRO_BATCH),
-        "gradient_accumulation_steps": max(1, p.warm_start_batch_size // WARM_START_MICRO_BATCH),
-        "learning_rate": p.warm_start_learning_rate,
-        "lr_scheduler_type": "constant",
-        "max_length": 512,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": [],
-        "activation_checkpointing": False,
-        "dataloader_num_workers": 0,
-        "seed": 42,
-        **precision_flags(p),
-    }
-    kwargs.update(overrides)
-    return SFTConfig(**kwargs)
-
-
-def warm_start(
-    model: Any,
-    tokenizer: Any,
-    profile: Profile | str | None = None,
-    dataset: Any = None,
-    cache: bool | Path = False,
-) -> Any:
-    """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
-
-    With LoRA profiles the adapter is merged back so GRPO starts its own adapter on the primed
-    weights. ``cache``: True (the run folder's ``warm_start/model``) or a folder; a primed model already
-    there is loaded instead of retrained, so a resumed run continues on exactly the same base.
-    """
-    from trl import SFTTrainer
-
-    p = get_profile(profile)
-    if p.load_in_4bit:
-        raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
-    folder = (default_run_dir(p) / WARM_START_DIRNAME / "model") if cache is True else (Path(cache) if cache else None)
-    if folder is not None and (folder / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
-    dataset = dataset if dataset is not None else warm_start_dataset(p)
-    started = time.perf_counter()
-    trainer = SFTTrainer(
-        model=model,
-        args=make_sft_config(p),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        # Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format
-        # habit wherever it lives, and the adapter is merged away before GRPO starts its own.
-        peft_config=make_lora_config(p.override(lora_top_layers=None), model),
-    )
-    trainer.train()
-    primed = trainer.model
-    if hasattr(primed, "merge_and_unload"):
-        primed = primed.merge_and_unload()
-    losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
-    setattr(
-        primed.config,
-        WARM_START_MARKER,
-        {
-            "examples": len(dataset),
-            "steps": trainer.state.global_step,
-            "seconds": round(time.perf_counter() - started, 1),
-        },
-    )
-    print(f"warm start: {len(dataset)} examples, {trainer.state.global_step} steps, losses {losses}")
-    if folder is not None:
-        primed.save_pretrained(folder)
-    return primed
+    if len(kept) < p.train_size:
+        warnings.warn(
+            f"Only {len(kept)} problems fit in max_prompt_tokens={p.max_prompt_tokens}, fewer than train_size="
+            f"{p.train_size}: training cycles over them. Raise max_prompt_tokens for more variety.",
+            stacklevel=3,
+        )
+    return candidates.select(kept)
 
 
 # --- The trainer -----------------------------------------------------------------------------------
@@ -576,10 +484,13 @@ def build_trainer(
             f"{len(config.reward_weights)} reward_weights for {len(funcs)} reward functions: give one weight each."
         )
     if train_dataset is None:
-        train_dataset = training_dataset(p)
+        train_dataset = training_dataset(p, tokenizer=tokenizer)
     missing = {"prompt", "answer"} - set(train_dataset.column_names)
     if missing:
-        raise ValueError(f"train_dataset lacks column(s) {sorted(missing)}: build it with training_dataset(profile).")
+        raise ValueError(
+            f"train_dataset lacks column(s) {sorted(missing)}: "
+            "build it with training_dataset(profile, tokenizer=tokenizer)."
+        )
     return GRPOTrainer(
         model=model,
         reward_funcs=funcs,
@@ -657,6 +568,8 @@ def run_training(
     started = time.perf_counter()
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:
+        from course_utils.warm_start import warm_start
+
         model = warm_start(model, tokenizer, p)
     warm_seconds = time.perf_counter() - started
     run_dir = clear_run_dir(default_run_dir(p))
@@ -666,273 +579,14 @@ def run_training(
     started = time.perf_counter()
     train(trainer)
     train_seconds = time.perf_counter() - started
+    from course_utils.monitoring import save_run_artifacts
+
     save_run_artifacts(trainer.state.log_history, run_dir)
     final_dir = save_final(trainer, tokenizer)
     return RunResult(trainer, tokenizer, run_dir, final_dir, warm_seconds, train_seconds)
 
 
-# --- Log history, live dashboard, artifacts ---------------------------------------------------------
-
-
-def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The GRPO training entries of a log history (those with a ``reward``), without the run summary."""
-    if not isinstance(log_history, Sequence) or isinstance(log_history, str):
-        raise TypeError(
-            f"log_history must be a list of dicts (trainer.state.log_history), got {type(log_history).__name__}"
-        )
-    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and "reward" in entry]
-
-
-def log_history_frame(log_history: Sequence[Mapping[str, Any]]) -> Any:
-    """The training logs as a DataFrame indexed by step (one column per metric)."""
-    import pandas as pd
-
-    frame = pd.DataFrame(training_logs(log_history))
-    if frame.empty:
-        return frame
-    if "step" not in frame:
-        frame["step"] = range(1, len(frame) + 1)
-    return frame.set_index("step")
-
-
-def reward_columns(frame: Any) -> list[str]:
-    """The per-reward mean columns (``rewards/<name>/mean``) of a log frame."""
-    return [c for c in frame.columns if c.startswith("rewards/") and c.endswith("/mean")]
-
-
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
-
-
-class LiveDashboard(TrainerCallback):
-    """Redraws the training curves at every log: reward, its std, KL, lengths, clipping, each reward, zero-std groups.
-
-    In a notebook the figure is replaced in place; elsewhere (CI, scripts) it is only redrawn, so the
-    callback never needs a display. ``figure`` holds the latest drawing for saving.
-    """
-
-    def __init__(self, show: bool | None = None, title: str = "GRPO training") -> None:
-        self.show = _in_notebook() if show is None else show
-        self.title = title
-        self.history: list[dict[str, Any]] = []
-        self.figure: Any = None
-        self.redraws = 0
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        if not logs or "reward" not in logs:
-            return
-        self.history.append({**logs, "step": state.global_step})
-        self.redraw()
-
-    def redraw(self) -> Any:
-        """Draw the current history; in a notebook, replace the previous drawing."""
-        import matplotlib.pyplot as plt
-
-        from course_utils.plotting import plot_training_dashboard
-
-        if self.figure is not None:
-            plt.close(self.figure)
-        self.figure = plot_training_dashboard(self.history, title=self.title)
-        self.redraws += 1
-        if self.show:
-            from IPython.display import clear_output, display
-
-            clear_output(wait=True)
-            display(self.figure)
-        return self.figure
-
-
-def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | Path) -> dict[str, Path]:
-    """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    from course_utils.plotting import plot_training_dashboard
-
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = run_dir / "log_history.csv"
-    pd.DataFrame(list(log_history)).to_csv(csv_path, index=False)
-    figure = plot_training_dashboard(training_logs(log_history))
-    png_path = run_dir / "dashboard.png"
-    figure.savefig(png_path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return {"csv": csv_path, "png": png_path}
-
-
-def load_log_history(path: str | Path) -> list[dict[str, Any]]:
-    """Read a ``log_history.csv`` back (or a ``trainer_state.json``) as a list of dicts."""
-    path = Path(path)
-    if path.suffix == ".json":
-        return list(json.loads(path.read_text())["log_history"])
-    import pandas as pd
-
-    frame = pd.read_csv(path)
-    return [{k: v for k, v in row.items() if pd.notna(v)} for row in frame.to_dict("records")]
-
-
-# --- Monitoring rules -------------------------------------------------------------------------------
-
-THRESHOLDS: dict[str, float] = {
-    "reward_std_low": 0.1,  # mean reward_std over the recent window below this: converged, or no signal
-    "length_jump_ratio": 1.5,  # mean completion length jumps to 1.5x the recent median...
-    "length_jump_tokens": 10.0,  # ...and by at least this many tokens
-    "kl_rise_fraction": 0.75,  # share of KL steps that go up, for a "steadily rising" KL
-    "kl_rise_factor": 2.0,  # and the last KL at least this multiple of the first
-    "zero_std_high": 0.5,  # mean frac_reward_zero_std over the window above this: groups without signal
-    "clipped_high": 0.3,  # mean clipped ratio over the window above this: completions truncated
-}
-WINDOW = 5
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the monitoring rules noticed: which rule, at which step, what it means, what to do."""
-
-    rule: str
-    step: int
-    message: str
-    advice: str
-
-    def __str__(self) -> str:
-        return f"[{self.rule}] step {self.step}: {self.message} -> {self.advice}"
-
-
-def _series(logs: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-    return [(int(e.get("step", i + 1)), float(e[key])) for i, e in enumerate(logs) if e.get(key) is not None]
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _recent(logs: list[dict[str, Any]], key: str) -> tuple[int, float] | None:
-    """The last logged step of ``key`` and its mean over the last ``WINDOW`` logs (None when never logged)."""
-    series = _series(logs, key)[-WINDOW:]
-    return (series[-1][0], _mean([v for _, v in series])) if series else None
-
-
-def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
-    recent = _recent(logs, "reward_std")
-    if recent is None or recent[1] >= THRESHOLDS["reward_std_low"]:
-        return []
-    step, reward_std = recent
-    reward = _mean([v for _, v in _series(logs, "reward")[-WINDOW:]])
-    return [
-        Finding(
-            "reward_std_low",
-            step,
-            f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward "
-            f"{reward:.2f}: the completions of a group all score the same",
-            "if the reward is high the run has converged; if it is low there is no signal: warm-start the "
-            "format, use a denser reward or a higher temperature",
-        )
-    ]
-
-
-def _check_length_jump(logs: list[dict[str, Any]]) -> list[Finding]:
-    series = _series(logs, "completions/mean_length")
-    for i in range(3, len(series)):
-        step, value = series[i]
-        before = median(v for _, v in series[max(0, i - WINDOW) : i])
-        if value >= THRESHOLDS["length_jump_ratio"] * before and value - before >= THRESHOLDS["length_jump_tokens"]:
-            return [
-                Finding(
-                    "length_jump",
-                    step,
-                    f"mean completion length jumped from ~{before:.0f} to {value:.0f} tokens",
-                    "a sudden change of behaviour (collapse, rambling or repetition): read the completions, "
-                    "lower the learning rate",
-                )
-            ]
-    return []
-
-
-def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
-    series = [(s, v) for s, v in _series(logs, "kl")]
-    if len(series) < 4:
-        return []
-    values = [v for _, v in series]
-    rises = sum(b > a for a, b in pairwise(values)) / (len(values) - 1)
-    grows = values[-1] > THRESHOLDS["kl_rise_factor"] * max(values[0], 1e-4)
-    if rises >= THRESHOLDS["kl_rise_fraction"] and grows:
-        return [
-            Finding(
-                "kl_rising",
-                series[-1][0],
-                f"kl rose steadily from {values[0]:.4f} to {values[-1]:.4f}",
-                "the policy drifts away from the reference: lower the learning rate (or raise beta)",
-            )
-        ]
-    return []
-
-
-def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
-    recent = _recent(logs, "frac_reward_zero_std")
-    if recent is None or recent[1] <= THRESHOLDS["zero_std_high"]:
-        return []
-    step, zero_std = recent
-    return [
-        Finding(
-            "zero_std_high",
-            step,
-            f"{zero_std:.0%} of the groups have identical rewards (frac_reward_zero_std)",
-            "those groups give no learning signal: warm-start the format, a denser reward, more completions "
-            "per group or a higher temperature",
-        )
-    ]
-
-
-def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
-    recent = _recent(logs, "completions/clipped_ratio")
-    if recent is None or recent[1] <= THRESHOLDS["clipped_high"]:
-        return []
-    step, clipped = recent
-    return [
-        Finding(
-            "clipped_high",
-            step,
-            f"{clipped:.0%} of the completions hit max_completion_length (clipped ratio)",
-            "truncated completions lose their </answer>: raise max_completion_length or teach shorter answers",
-        )
-    ]
-
-
-RULES = (_check_reward_std, _check_length_jump, _check_kl, _check_zero_std, _check_clipped)
-
-
-def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
-    """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
-
-    Rules: ``reward_std`` under 0.1, a sudden completion-length jump, ``kl`` rising steadily, a high
-    ``frac_reward_zero_std``, a high clipped ratio. An empty list means nothing to report.
-    """
-    logs = training_logs(log_history)
-    return [finding for rule in RULES for finding in rule(logs)]
-
-
-def describe_findings(findings: Sequence[Finding]) -> str:
-    """The findings as readable lines (or a line saying all rules passed)."""
-    if not findings:
-        return "Monitoring: no rule fired (reward_std, length, kl, zero-std groups, clipping all look fine)."
-    return "\n".join(["Monitoring findings:", *(f"  - {finding}" for finding in findings)])
-
-
-# --- Reward summary for the lab ---------------------------------------------------------------------
-
-
-def reward_fifths(log_history: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
-    """Mean total reward over the first and the last fifth of the logged steps (at least one step each)."""
-    rewards = [float(e["reward"]) for e in training_logs(log_history)]
-    if not rewards:
-        raise ValueError("The log history has no training step with a 'reward': did the run log anything?")
-    n = max(1, len(rewards) // 5)
-    return _mean(rewards[:n]), _mean(rewards[-n:])
+# --- The lab's reward scale ---------------------------------------------------------------------
 
 
 def max_reward(config: Any = None) -> float:

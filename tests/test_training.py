@@ -1,9 +1,10 @@
-"""Training: GRPOConfig from every profile, the generation-batch check, warm start, dashboard, monitoring,
-a real short `ci` GRPO run, kill-and-resume, and the Qwen2 (GPU) code path on a tiny random model."""
+"""Training: GRPOConfig from every profile, the generation-batch check, LoRA, the training prompts (and their
+cap), a real short `ci` GRPO run, kill-and-resume, and the Qwen2 (GPU) code path on a tiny random model."""
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import matplotlib
@@ -12,16 +13,15 @@ import torch
 from transformers import TrainerCallback
 
 from course_utils import training
+from course_utils.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.profiles import PROFILES, get_profile
 from course_utils.training import (
-    Finding,
     GenerationBatchError,
-    LiveDashboard,
     check_generation_batch,
     grpo_config_kwargs,
     make_grpo_config,
-    monitor,
 )
+from course_utils.warm_start import warm_start, warm_start_dataset
 
 matplotlib.use("Agg")
 
@@ -136,7 +136,7 @@ def test_cpu_precision_follows_the_cpu():
     assert flags == {"bf16": training.cpu_supports_bf16(), "fp16": False, "use_cpu": True}
 
 
-# --- LoRA and warm start -------------------------------------------------------------------------------
+# --- LoRA and the training prompts ----------------------------------------------------------------------------
 
 
 def test_lora_config_per_profile(offline_model_and_tokenizer):
@@ -177,109 +177,53 @@ def test_lora_targets_missing_are_named(offline_model_and_tokenizer):
         training.lora_targets_in(model, ["q_proj", "c_attn"])
 
 
-def test_warm_start_target_is_strict_format_and_correct():
-    from course_utils.rewards import correctness_reward_func, is_strict_format
-
-    solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
-    target = training.warm_start_target(solution, reasoning_lines=1)
-    assert "<<" not in target and "Altogether" not in target
-    assert is_strict_format(target)
-    completion = [{"role": "assistant", "content": target}]
-    assert correctness_reward_func(prompts=[None], completions=[completion], answer=["72"]) == [2.0]
-    with pytest.raises(ValueError, match="reasoning_lines"):
-        training.warm_start_target(solution, -1)
+def _template_length(tokenizer, messages) -> int:
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def test_warm_start_dataset_is_disjoint_from_training(gsm8k_env):
-    profile = get_profile("ci")
-    warm = training.warm_start_dataset(profile)
-    train = training.training_dataset(profile)
-    assert len(warm) == profile.warm_start_examples and len(train) == profile.train_size
-    train_questions = {row["question"] for row in train}
-    assert not {row["prompt"][-1]["content"] for row in warm} & train_questions
+def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offline_model_and_tokenizer, capsys):
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("cpu").override(train_size=40, max_prompt_tokens=78)
+    train = training.training_dataset(profile, tokenizer=tokenizer)
+    assert "fit; training on the first 40" in capsys.readouterr().out
+    # Independently: walk the raw train file in order and keep the questions whose prompt fits
+    from course_utils.data import build_prompt
+
+    expected = []
+    for line in (gsm8k_dir / "train.jsonl").read_text().splitlines():
+        question = json.loads(line)["question"].strip()
+        if _template_length(tokenizer, build_prompt(question)) <= 78:
+            expected.append(question)
+        if len(expected) == 40:
+            break
+    assert train["question"] == expected
+    assert max(_template_length(tokenizer, p) for p in train["prompt"]) <= 78
+    warm = warm_start_dataset(profile)
+    assert not {row["prompt"][-1]["content"] for row in warm} & set(train["question"])
 
 
-def test_no_warm_start_is_an_error():
-    with pytest.raises(ValueError, match="warm_start_examples=0"):
-        training.warm_start_dataset(get_profile("ci").override(warm_start_examples=0))
+def test_prompt_cap_needs_a_tokenizer_and_a_reachable_cap(gsm8k_env, offline_model_and_tokenizer):
+    _, tokenizer = offline_model_and_tokenizer
+    capped = get_profile("cpu").override(train_size=8, max_prompt_tokens=80)
+    with pytest.raises(ValueError, match="pass the tokenizer"):
+        training.training_dataset(capped)
+    with pytest.raises(ValueError, match=r"No GSM8K train prompt has at most 20 tokens.*the shortest has \d+"):
+        training.training_dataset(capped.override(max_prompt_tokens=20), tokenizer=tokenizer)
 
 
-# --- Dashboard and monitoring on synthetic histories -------------------------------------------------
+def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tokenizer):
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("cpu").override(train_size=5000, max_prompt_tokens=72)
+    with pytest.warns(UserWarning, match="fewer than train_size=5000"):
+        train = training.training_dataset(profile, tokenizer=tokenizer)
+    assert 0 < len(train) < 5000
 
 
-def _history(n=10, **series):
-    base = {
-        "reward": [0.5 + 0.1 * i for i in range(n)],
-        "reward_std": [0.8] * n,
-        "completions/mean_length": [40.0] * n,
-        "completions/clipped_ratio": [0.1] * n,
-        "frac_reward_zero_std": [0.0] * n,
-        "rewards/strict_format_reward_func/mean": [0.1] * n,
-    }
-    base.update(series)
-    logs = [{key: values[i] for key, values in base.items()} | {"step": i + 1} for i in range(n)]
-    return [*logs, {"train_runtime": 12.0, "step": n}]
-
-
-def test_healthy_history_has_no_findings():
-    assert monitor(_history()) == []
-    assert "no rule fired" in training.describe_findings([])
-
-
-@pytest.mark.parametrize(
-    ("series", "rule"),
-    [
-        ({"reward_std": [0.05] * 10}, "reward_std_low"),
-        ({"completions/mean_length": [40.0] * 6 + [90.0] * 4}, "length_jump"),
-        ({"kl": [0.001 * 2**i for i in range(10)]}, "kl_rising"),
-        ({"frac_reward_zero_std": [0.9] * 10}, "zero_std_high"),
-        ({"completions/clipped_ratio": [0.6] * 10}, "clipped_high"),
-    ],
-)
-def test_each_rule_fires(series, rule):
-    findings = monitor(_history(**series))
-    assert [f.rule for f in findings] == [rule]
-    assert isinstance(findings[0], Finding) and findings[0].advice
-    assert rule in training.describe_findings(findings)
-
-
-def test_flat_kl_does_not_fire():
-    assert monitor(_history(kl=[0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01])) == []
-
-
-def test_monitor_rejects_bad_input():
-    with pytest.raises(TypeError, match="log_history must be a list of dicts"):
-        monitor("trainer_state.json")
-
-
-def test_dashboard_redraws_headless_and_saves(tmp_path):
-    dashboard = LiveDashboard(show=False)
-    state = type("State", (), {"global_step": 0})()
-    for entry in training.training_logs(_history(4, kl=[0.0, 0.01, 0.02, 0.03])):
-        state.global_step = entry["step"]
-        dashboard.on_log(None, state, None, logs=entry)
-    dashboard.on_log(None, state, None, logs={"train_runtime": 3.0})  # summary: no redraw
-    assert dashboard.redraws == 4
-    titles = [ax.get_title() for ax in dashboard.figure.axes]
-    assert any(t.startswith("kl") for t in titles) and any("frac_reward_zero_std" in t for t in titles)
-    paths = training.save_run_artifacts(_history(6), tmp_path)
-    assert paths["png"].stat().st_size > 10_000
-    back = training.load_log_history(paths["csv"])
-    assert [e["reward"] for e in training.training_logs(back)] == pytest.approx([0.5 + 0.1 * i for i in range(6)])
-
-
-def test_empty_dashboard_draws():
-    from course_utils.plotting import plot_training_dashboard
-
-    assert len(plot_training_dashboard([]).axes) == 6
-
-
-def test_reward_fifths_and_max():
-    first, last = training.reward_fifths(_history(10))
-    assert first == pytest.approx(0.55) and last == pytest.approx(1.35)
+def test_max_reward_follows_the_weights(tmp_path):
     assert training.max_reward() == pytest.approx(4.0)
-    with pytest.raises(ValueError, match="no training step"):
-        training.reward_fifths([{"train_runtime": 1.0}])
+    config = make_grpo_config("ci", tmp_path, reward_weights=[1.0, 0.0, 1.0, 0.0, 1.0])
+    assert training.max_reward(config) == pytest.approx(2.0 + 0.5 + 0.5)
 
 
 def test_missing_trained_model_says_which_notebook(gsm8k_env):
@@ -297,7 +241,7 @@ def test_ci_run_end_to_end(gsm8k_env):
 
     profile = get_profile("ci")
     model, tokenizer = load_model_and_tokenizer(profile)
-    model = training.warm_start(model, tokenizer, profile)
+    model = warm_start(model, tokenizer, profile)
     assert getattr(model.config, training.WARM_START_MARKER)["examples"] == profile.warm_start_examples
     dashboard = LiveDashboard(show=False)
     run_dir = training.clear_run_dir(training.default_run_dir(profile))
@@ -305,9 +249,9 @@ def test_ci_run_end_to_end(gsm8k_env):
     training.train(trainer)
     assert trainer.state.global_step == profile.max_steps
     assert dashboard.redraws == profile.max_steps
-    logs = training.training_logs(trainer.state.log_history)
+    logs = training_logs(trainer.state.log_history)
     assert len(logs) == profile.max_steps and all(math.isfinite(e["reward"]) for e in logs)
-    paths = training.save_run_artifacts(trainer.state.log_history, run_dir)
+    paths = save_run_artifacts(trainer.state.log_history, run_dir)
     assert paths["csv"].is_file() and paths["png"].is_file()
     folder = training.save_final(trainer, tokenizer)
     assert folder == training.final_model_dir(profile)
@@ -346,7 +290,7 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
     resumed = training.build_trainer(model, tokenizer, profile)
     training.train(resumed, resume=True)
     assert resumed.state.global_step == profile.max_steps
-    steps = [e["step"] for e in training.training_logs(resumed.state.log_history)]
+    steps = [e["step"] for e in training_logs(resumed.state.log_history)]
     assert steps == [1, 2, 3, 4], "log history keeps the steps before the kill, once each"
 
 
@@ -376,16 +320,3 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     saved, loaded = get_peft_model_state_dict(trainer.model), get_peft_model_state_dict(reloaded)
     assert saved.keys() == loaded.keys() and any("q_proj" in key for key in saved)
     assert all(torch.equal(saved[key].float(), loaded[key].float()) for key in saved)
-
-
-def test_exercise_checks_for_notebook_04(capsys):
-    from course_utils import exercises
-
-    history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
-    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
-    assert exercises.check_04_kl_field(" beta ") and not exercises.check_04_kl_field("kl_coef")
-    assert exercises.check_04_monitoring_rule("clipped_high", history)
-    assert not exercises.check_04_monitoring_rule("kl_rising", history)
-    assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
-    assert not exercises.check_04_prompts_per_step(None)
-    assert "not answered yet" in capsys.readouterr().out

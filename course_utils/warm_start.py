@@ -1,0 +1,160 @@
+"""The warm start: a short supervised "cold start" with TRL's ``SFTTrainer`` before GRPO (as DeepSeek-R1 does).
+
+A small model that never writes the XML format earns reward 0 on every completion: every group has the
+same reward, every advantage is 0, and GRPO has nothing to learn from. A few SFT steps on short targets
+(``warm_start_target``) taken from the end of the train split (``warm_start_dataset``, never a GRPO
+prompt) make the format appear *sometimes*, so groups have winners and losers. ``warm_start`` runs them
+and returns a plain model (the LoRA adapter merged back) for GRPO to start its own adapter on.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from course_utils.profiles import Profile, get_profile
+from course_utils.training import (
+    WARM_START_DIRNAME,
+    WARM_START_MARKER,
+    default_run_dir,
+    make_lora_config,
+    precision_flags,
+)
+
+WARM_START_MICRO_BATCH = 2  # warm-start sequences per forward pass (memory); the profile sets the effective batch
+
+
+# --- The training examples -------------------------------------------------------------------------
+
+
+def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
+    """The assistant answer the warm start teaches: the first reference reasoning line(s) and the number, in XML.
+
+    Short on purpose: the lesson is the *format* (and that it ends), not the arithmetic; a long target
+    would teach the model to write past ``max_completion_length`` and get truncated.
+    """
+    from course_utils.data import extract_hash_answer, extract_reasoning
+
+    if reasoning_lines < 0:
+        raise ValueError(f"reasoning_lines must be >= 0, got {reasoning_lines}")
+    lines = [re.sub(r"<<[^<>]*>>", "", line).strip() for line in extract_reasoning(solution).splitlines()]
+    reasoning = "\n".join(line for line in lines if line)
+    reasoning = "\n".join(reasoning.splitlines()[:reasoning_lines])
+    return f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{extract_hash_answer(solution)}\n</answer>"
+
+
+def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
+    """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
+    from datasets import Dataset
+
+    from course_utils.data import build_prompt, load_gsm8k
+
+    p = get_profile(profile)
+    if p.warm_start_examples < 1:
+        raise ValueError(f"Profile {p.name!r} has warm_start_examples={p.warm_start_examples}: no warm start to build.")
+    raw = load_gsm8k("train", folder, verbose=False)
+    if len(raw) < p.train_size + p.warm_start_examples:
+        raise ValueError(
+            f"GSM8K train has {len(raw)} rows, fewer than train_size + warm_start_examples = "
+            f"{p.train_size + p.warm_start_examples}: lower one of them, or point GSM8K_DIR at the full data."
+        )
+    rows = raw.select(range(len(raw) - p.warm_start_examples, len(raw)))
+    return Dataset.from_list(
+        [
+            {
+                "prompt": build_prompt(row["question"]),
+                "completion": [
+                    {"role": "assistant", "content": warm_start_target(row["answer"], p.warm_start_reasoning_lines)}
+                ],
+            }
+            for row in rows
+        ]
+    )
+
+
+# --- The SFT run -----------------------------------------------------------------------------------
+
+
+def make_sft_config(
+    profile: Profile | str | None = None, output_dir: str | Path | None = None, **overrides: Any
+) -> Any:
+    """The ``trl.SFTConfig`` of the warm start: a few steps at a high learning rate, nothing saved."""
+    from trl import SFTConfig
+
+    p = get_profile(profile)
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir or default_run_dir(p) / WARM_START_DIRNAME),
+        "num_train_epochs": p.warm_start_epochs,
+        # Same effective batch in micro-batches: SFT computes logits (49k vocab) for every token, and at batch
+        # 8 that alone peaked above 5 GB of RAM on the cpu profile.
+        "per_device_train_batch_size": min(p.warm_start_batch_size, WARM_START_MICRO_BATCH),
+        "gradient_accumulation_steps": max(1, p.warm_start_batch_size // WARM_START_MICRO_BATCH),
+        "learning_rate": p.warm_start_learning_rate,
+        "lr_scheduler_type": "constant",
+        "max_length": 512,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "activation_checkpointing": False,
+        "dataloader_num_workers": 0,
+        "seed": 42,
+        **precision_flags(p),
+    }
+    kwargs.update(overrides)
+    return SFTConfig(**kwargs)
+
+
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    profile: Profile | str | None = None,
+    dataset: Any = None,
+    cache: bool | Path = False,
+) -> Any:
+    """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
+
+    With LoRA profiles the adapter is merged back so GRPO starts its own adapter on the primed
+    weights. ``cache``: True (the run folder's ``warm_start/model``) or a folder; a primed model already
+    there is loaded instead of retrained, so a resumed run continues on exactly the same base.
+    """
+    from trl import SFTTrainer
+
+    p = get_profile(profile)
+    if p.load_in_4bit:
+        raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
+    folder = (default_run_dir(p) / WARM_START_DIRNAME / "model") if cache is True else (Path(cache) if cache else None)
+    if folder is not None and (folder / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
+    dataset = dataset if dataset is not None else warm_start_dataset(p)
+    started = time.perf_counter()
+    trainer = SFTTrainer(
+        model=model,
+        args=make_sft_config(p),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        # Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format
+        # habit wherever it lives, and the adapter is merged away before GRPO starts its own.
+        peft_config=make_lora_config(p.override(lora_top_layers=None), model),
+    )
+    trainer.train()
+    primed = trainer.model
+    if hasattr(primed, "merge_and_unload"):
+        primed = primed.merge_and_unload()
+    losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
+    setattr(
+        primed.config,
+        WARM_START_MARKER,
+        {
+            "examples": len(dataset),
+            "steps": trainer.state.global_step,
+            "seconds": round(time.perf_counter() - started, 1),
+        },
+    )
+    print(f"warm start: {len(dataset)} examples, {trainer.state.global_step} steps, losses {losses}")
+    if folder is not None:
+        primed.save_pretrained(folder)
+    return primed

@@ -1,0 +1,110 @@
+"""Monitoring: the rules on synthetic log histories, the live dashboard without a display, saved artifacts."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+
+from course_utils.monitoring import (
+    Finding,
+    LiveDashboard,
+    describe_findings,
+    load_log_history,
+    monitor,
+    reward_fifths,
+    save_run_artifacts,
+    training_logs,
+)
+
+matplotlib.use("Agg")
+
+
+# --- Dashboard and monitoring on synthetic histories -------------------------------------------------
+
+
+def _history(n=10, **series):
+    base = {
+        "reward": [0.5 + 0.1 * i for i in range(n)],
+        "reward_std": [0.8] * n,
+        "completions/mean_length": [40.0] * n,
+        "completions/clipped_ratio": [0.1] * n,
+        "frac_reward_zero_std": [0.0] * n,
+        "rewards/strict_format_reward_func/mean": [0.1] * n,
+    }
+    base.update(series)
+    logs = [{key: values[i] for key, values in base.items()} | {"step": i + 1} for i in range(n)]
+    return [*logs, {"train_runtime": 12.0, "step": n}]
+
+
+def test_healthy_history_has_no_findings():
+    assert monitor(_history()) == []
+    assert "no rule fired" in describe_findings([])
+
+
+@pytest.mark.parametrize(
+    ("series", "rule"),
+    [
+        ({"reward_std": [0.05] * 10}, "reward_std_low"),
+        ({"completions/mean_length": [40.0] * 6 + [90.0] * 4}, "length_jump"),
+        ({"kl": [0.001 * 2**i for i in range(10)]}, "kl_rising"),
+        ({"frac_reward_zero_std": [0.9] * 10}, "zero_std_high"),
+        ({"completions/clipped_ratio": [0.6] * 10}, "clipped_high"),
+    ],
+)
+def test_each_rule_fires(series, rule):
+    findings = monitor(_history(**series))
+    assert [f.rule for f in findings] == [rule]
+    assert isinstance(findings[0], Finding) and findings[0].advice
+    assert rule in describe_findings(findings)
+
+
+def test_flat_kl_does_not_fire():
+    assert monitor(_history(kl=[0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01])) == []
+
+
+def test_monitor_rejects_bad_input():
+    with pytest.raises(TypeError, match="log_history must be a list of dicts"):
+        monitor("trainer_state.json")
+
+
+def test_dashboard_redraws_headless_and_saves(tmp_path):
+    dashboard = LiveDashboard(show=False)
+    state = type("State", (), {"global_step": 0})()
+    for entry in training_logs(_history(4, kl=[0.0, 0.01, 0.02, 0.03])):
+        state.global_step = entry["step"]
+        dashboard.on_log(None, state, None, logs=entry)
+    dashboard.on_log(None, state, None, logs={"train_runtime": 3.0})  # summary: no redraw
+    assert dashboard.redraws == 4
+    titles = [ax.get_title() for ax in dashboard.figure.axes]
+    assert any(t.startswith("kl") for t in titles) and any("frac_reward_zero_std" in t for t in titles)
+    paths = save_run_artifacts(_history(6), tmp_path)
+    assert paths["png"].stat().st_size > 10_000
+    back = load_log_history(paths["csv"])
+    assert [e["reward"] for e in training_logs(back)] == pytest.approx([0.5 + 0.1 * i for i in range(6)])
+
+
+def test_empty_dashboard_draws():
+    from course_utils.plotting import plot_training_dashboard
+
+    assert len(plot_training_dashboard([]).axes) == 6
+
+
+def test_reward_fifths():
+    first, last = reward_fifths(_history(10))
+    assert first == pytest.approx(0.55) and last == pytest.approx(1.35)
+    assert reward_fifths(_history(3)) == (pytest.approx(0.5), pytest.approx(0.7))  # one step a fifth, at least
+    with pytest.raises(ValueError, match="no training step"):
+        reward_fifths([{"train_runtime": 1.0}])
+
+
+def test_exercise_checks_for_notebook_04(capsys):
+    from course_utils import exercises
+
+    history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
+    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
+    assert exercises.check_04_kl_field(" beta ") and not exercises.check_04_kl_field("kl_coef")
+    assert exercises.check_04_monitoring_rule("clipped_high", history)
+    assert not exercises.check_04_monitoring_rule("kl_rising", history)
+    assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
+    assert not exercises.check_04_prompts_per_step(None)
+    assert "not answered yet" in capsys.readouterr().out

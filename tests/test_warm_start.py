@@ -1,0 +1,61 @@
+"""The warm start: short strict-format targets, examples disjoint from GRPO's prompts, a clear error without one.
+
+The warm start itself (a real ``SFTTrainer`` run) is exercised by the ``ci`` end-to-end run in test_training.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils import training
+from course_utils.profiles import get_profile
+from course_utils.warm_start import make_sft_config, warm_start_dataset, warm_start_target
+
+
+@pytest.fixture
+def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
+    """Real GSM8K files and a private output folder."""
+    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    return tmp_path
+
+
+def test_warm_start_target_is_strict_format_and_correct():
+    from course_utils.rewards import correctness_reward_func, is_strict_format
+
+    solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
+    target = warm_start_target(solution, reasoning_lines=1)
+    assert "<<" not in target and "Altogether" not in target
+    assert is_strict_format(target)
+    completion = [{"role": "assistant", "content": target}]
+    assert correctness_reward_func(prompts=[None], completions=[completion], answer=["72"]) == [2.0]
+    with pytest.raises(ValueError, match="reasoning_lines"):
+        warm_start_target(solution, -1)
+
+
+def test_warm_start_dataset_is_disjoint_from_training(gsm8k_env, offline_model_and_tokenizer):
+    profile = get_profile("ci")
+    warm = warm_start_dataset(profile)
+    train = training.training_dataset(profile, tokenizer=offline_model_and_tokenizer[1])
+    assert len(warm) == profile.warm_start_examples and len(train) == profile.train_size
+    train_questions = {row["question"] for row in train}
+    assert not {row["prompt"][-1]["content"] for row in warm} & train_questions
+
+
+def test_no_warm_start_is_an_error():
+    with pytest.raises(ValueError, match="warm_start_examples=0"):
+        warm_start_dataset(get_profile("ci").override(warm_start_examples=0))
+
+
+def test_warm_start_dataset_needs_enough_rows(monkeypatch, tmp_path):
+    monkeypatch.delenv("GSM8K_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the bundled sample: 48 train rows
+    with pytest.raises(ValueError, match="fewer than train_size \\+ warm_start_examples"):
+        warm_start_dataset(get_profile("ci").override(train_size=40, warm_start_examples=16))
+
+
+def test_sft_config_keeps_the_effective_batch_in_micro_batches(tmp_path):
+    config = make_sft_config(get_profile("cpu"), tmp_path)
+    profile = get_profile("cpu")
+    assert config.per_device_train_batch_size * config.gradient_accumulation_steps == profile.warm_start_batch_size
+    assert config.learning_rate == profile.warm_start_learning_rate and config.save_strategy == "no"
