@@ -23,6 +23,14 @@ def gsm8k_dir() -> Path:
     return folder
 
 
+@pytest.fixture
+def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
+    """Real GSM8K files and a private output folder, so runs never touch the learner's outputs/."""
+    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def offline_model_and_tokenizer():
     """The offline SmolLM2 model and tokenizer, loaded once for the whole test session (read-only use)."""

@@ -26,14 +26,6 @@ from course_utils.warm_start import warm_start, warm_start_dataset
 matplotlib.use("Agg")
 
 
-@pytest.fixture
-def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
-    """Real GSM8K files and a private output folder, so runs never touch the learner's outputs/."""
-    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
-    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
-    return tmp_path
-
-
 # --- The generation batch ----------------------------------------------------------------------------
 
 

@@ -12,14 +12,6 @@ from course_utils.profiles import get_profile
 from course_utils.warm_start import make_sft_config, warm_start_dataset, warm_start_target
 
 
-@pytest.fixture
-def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
-    """Real GSM8K files and a private output folder."""
-    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
-    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
-    return tmp_path
-
-
 def test_warm_start_target_is_strict_format_and_correct():
     from course_utils.rewards import correctness_reward_func, is_strict_format
 
