@@ -67,19 +67,6 @@ def time_generate(model: Any, tokenizer: Any, prompt_tokens: int, completion_tok
     return time.perf_counter() - started
 
 
-class HeadTimer:
-    """Wall time inside TRL's chunked log-softmax (forward, and backward through its autograd node)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def pre_hook(self, *_: Any) -> None:
-        self._started = time.perf_counter()
-
-    def hook(self, *_: Any) -> None:
-        self.seconds += time.perf_counter() - self._started
-
-
 def time_training_pass(trainer: Any, prompt_tokens: int, completion_tokens: int) -> tuple[float, float]:
     """Scoring forward + backward over SEQUENCES sequences in the trainer's micro-batches: (total, head) seconds."""
     from trl.trainer import utils as trl_utils
@@ -87,17 +74,20 @@ def time_training_pass(trainer: Any, prompt_tokens: int, completion_tokens: int)
     model, micro_batch = trainer.model, trainer.args.per_device_train_batch_size
     ids = torch.randint(100, 40_000, (SEQUENCES, prompt_tokens + completion_tokens))
     mask = torch.ones_like(ids)
-    head = HeadTimer()
+    head_seconds = 0.0
     function = trl_utils._ChunkedLogProbFunction
     original_forward, original_backward = function.forward, function.backward
 
-    def timed(original: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(original: Callable[..., Any]) -> staticmethod:
+        """``original`` (the forward or backward of TRL's log-softmax), adding its wall time to ``head_seconds``."""
+
         def run(*args: Any) -> Any:
-            head.pre_hook()
+            nonlocal head_seconds
+            started = time.perf_counter()
             try:
                 return original(*args)
             finally:
-                head.hook()
+                head_seconds += time.perf_counter() - started
 
         return staticmethod(run)
 
@@ -111,7 +101,7 @@ def time_training_pass(trainer: Any, prompt_tokens: int, completion_tokens: int)
                     model, ids[rows], mask[rows], completion_tokens, compute_entropy=True
                 )
             logps.mean().backward()
-        return time.perf_counter() - started, head.seconds
+        return time.perf_counter() - started, head_seconds
     finally:
         function.forward, function.backward = staticmethod(original_forward), staticmethod(original_backward)
 
