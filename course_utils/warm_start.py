@@ -121,6 +121,8 @@ def warm_start(
     """
     from trl import SFTTrainer
 
+    from course_utils.cpu_allocator import reuse_freed_memory_callback
+
     p = get_profile(profile)
     if p.load_in_4bit:
         raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
@@ -139,6 +141,7 @@ def warm_start(
         # Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format
         # habit wherever it lives, and the adapter is merged away before GRPO starts its own.
         peft_config=make_lora_config(p.override(lora_top_layers=None), model),
+        callbacks=[reuse_freed_memory_callback()] if p.reuse_freed_memory else None,
     )
     trainer.train()
     primed = trainer.model

@@ -238,6 +238,8 @@ def test_ci_run_end_to_end(gsm8k_env):
     dashboard = LiveDashboard(show=False)
     run_dir = training.clear_run_dir(training.default_run_dir(profile))
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
+    names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
+    assert names.index("ReuseFreedMemory") < names.index("LiveDashboard"), names  # released inside the step
     training.train(trainer)
     assert trainer.state.global_step == profile.max_steps
     assert dashboard.redraws == profile.max_steps
@@ -305,6 +307,8 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     kwargs = grpo_config_kwargs(get_profile("colab-t4"))
     assert kwargs["fp16"] and kwargs["activation_checkpointing"]
     trainer = training.build_trainer(model, tokenizer, profile)
+    callbacks = {type(callback).__name__ for callback in trainer.callback_handler.callbacks}
+    assert "ReuseFreedMemory" not in callbacks, "GPU profiles leave the C allocator alone"
     training.train(trainer)
     folder = training.save_final(trainer, tokenizer)
     assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").is_file()

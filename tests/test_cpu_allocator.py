@@ -1,0 +1,153 @@
+"""course_utils.cpu_allocator: big freed blocks are reused (measured in page faults), bad input is refused."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from course_utils import cpu_allocator
+from course_utils.cpu_allocator import (
+    DEFAULT_TRIM_THRESHOLD_BYTES,
+    AllocatorSetting,
+    glibc_available,
+    release_freed_memory,
+    reuse_freed_memory,
+    reuse_freed_memory_callback,
+)
+from course_utils.profiles import PROFILES
+
+GLIBC = glibc_available()
+
+# TRL's chunked log-softmax (the lab's hot spot: float32 temporaries of 400 x 32,768 entries, 52 MB each),
+# forward + backward, in a fresh process: page faults of one call with glibc as it comes, with freed blocks
+# reused, and after the defaults are restored and the kept blocks released (each after a warm-up call).
+FAULTS_SCRIPT = """
+import json, resource, torch
+from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+from course_utils.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
+
+torch.manual_seed(0)
+hidden = torch.randn(400, 576, dtype=torch.bfloat16, requires_grad=True)
+weight = torch.randn(49_152, 576, dtype=torch.bfloat16) * 0.02
+targets = torch.randint(0, 49_152, (400,))
+
+def faults_of_one_call():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    log_probs, *_ = ChunkedLogProbFunction.apply(hidden, weight, None, targets, 1.0, 32_768, None, 1.0, ())
+    log_probs.sum().backward()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+faults_of_one_call()
+default = faults_of_one_call()
+applied = reuse_freed_memory().applied
+faults_of_one_call()
+reuse = faults_of_one_call()
+restored = restore_default_allocator() and release_freed_memory()  # as the callback ends training
+faults_of_one_call()
+print(json.dumps({"default": default, "reuse": reuse, "restored": faults_of_one_call(),
+                  "applied": applied, "restored_ok": restored}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="the setting tunes glibc's malloc; other C libraries are left alone")
+def test_log_softmax_reuses_freed_blocks_only_while_the_setting_lasts():
+    output = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT], check=True, capture_output=True, text=True)
+    faults = json.loads(output.stdout.strip().splitlines()[-1])
+    assert faults["applied"] and faults["restored_ok"], faults
+    fresh_tile_pages = 400 * 32_768 * 4 // 4096
+    if faults["default"] < fresh_tile_pages:
+        pytest.skip(f"few page faults even without the setting (transparent huge pages?): {faults}")
+    assert faults["default"] > 5 * fresh_tile_pages, faults  # glibc as it comes: every temporary is fresh pages
+    assert faults["reuse"] < faults["default"] / 5, faults
+    assert faults["restored"] > faults["default"] / 2, faults  # restored: big blocks go back to the OS again
+
+
+# Keeps three freed 100 MB blocks in the heap (small live tensors between them stop a trim at the top),
+# then releases them: resident memory before and after, in MB.
+RELEASE_SCRIPT = """
+import json, torch
+from course_utils.cpu_allocator import release_freed_memory, reuse_freed_memory
+
+def resident_mb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
+
+reuse_freed_memory()
+blocks = []
+for _ in range(3):
+    blocks += [torch.empty(25_000_000).fill_(1.0), torch.ones(1000)]
+del blocks[0::2]
+kept = resident_mb()
+released = release_freed_memory()
+print(json.dumps({"kept": kept, "after": resident_mb(), "released": released}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
+def test_release_gives_the_kept_blocks_back():
+    output = subprocess.run([sys.executable, "-c", RELEASE_SCRIPT], check=True, capture_output=True, text=True)
+    memory = json.loads(output.stdout.strip().splitlines()[-1])
+    assert memory["released"], memory
+    assert memory["kept"] - memory["after"] > 250, memory  # most of the 300 MB went back to the OS
+
+
+def test_callback_reuses_while_training_releases_each_step_and_restores_at_the_end(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(
+        cpu_allocator, "reuse_freed_memory", lambda _: calls.append("reuse") or AllocatorSetting(True, "kept")
+    )
+    monkeypatch.setattr(cpu_allocator, "release_freed_memory", lambda: calls.append("release") or True)
+    monkeypatch.setattr(cpu_allocator, "restore_default_allocator", lambda: calls.append("restore") or True)
+    callback = reuse_freed_memory_callback()
+    callback.on_train_begin(args=None, state=None, control=None)
+    for _ in range(2):
+        callback.on_step_end(args=None, state=None, control=None)
+    callback.on_train_end(args=None, state=None, control=None)
+    assert calls == ["reuse", "release", "release", "restore", "release"]
+    assert "CPU allocator: kept." in capsys.readouterr().out
+
+
+def test_release_without_glibc_does_nothing(monkeypatch):
+    monkeypatch.setattr(platform, "system", lambda: "Windows")
+    assert release_freed_memory() is False
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+def test_the_setting_says_what_it_keeps():
+    setting = reuse_freed_memory(512 * 2**20)
+    assert setting.applied
+    assert "512 MiB" in setting.detail
+    reuse_freed_memory()  # back to the default threshold, and calling twice is fine
+
+
+@pytest.mark.parametrize("threshold", [0, -1, 2**31])
+def test_thresholds_outside_a_c_int_are_refused(threshold):
+    with pytest.raises(ValueError, match="trim_threshold_bytes"):
+        reuse_freed_memory(threshold)
+
+
+@pytest.mark.parametrize("threshold", [1.5, "1024", True, None])
+def test_thresholds_that_are_not_integers_are_refused(threshold):
+    with pytest.raises(TypeError, match="int number of bytes"):
+        reuse_freed_memory(threshold)
+
+
+def test_without_glibc_nothing_changes_and_it_says_so(monkeypatch):
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    setting = reuse_freed_memory()
+    assert not setting.applied
+    assert "allocator unchanged" in setting.detail and "Darwin" in setting.detail
+
+
+def test_default_threshold_is_a_positive_c_int():
+    assert 0 < DEFAULT_TRIM_THRESHOLD_BYTES < 2**31
+    assert cpu_allocator.M_MMAP_MAX == -4 and cpu_allocator.M_TRIM_THRESHOLD == -1  # malloc.h
+
+
+def test_cpu_profiles_reuse_freed_memory_and_gpu_profiles_leave_it():
+    for name, profile in PROFILES.items():
+        assert profile.reuse_freed_memory == (profile.device == "cpu"), name
