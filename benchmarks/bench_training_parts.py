@@ -11,7 +11,9 @@ the fixed prompt weighs more. Here the sequences are fixed, so two settings can 
 - ``parts_step_over_generate_p{P}_c{C}``: 1 + train / generate, the step/generate ratio of such a step.
 
 P is the mean prompt length of all GSM8K train problems and of those under the profile's ``max_prompt_tokens``;
-C is a short (45) and a full-length (96) completion. Run: ``.venv/bin/python benchmarks/bench_training_parts.py``.
+C is a short (45) and a full-length (96) completion. Freed memory is reused as while the lab trains
+(``course_utils.cpu_allocator``; ``bench_cpu_allocator.py`` compares with and without).
+Run: ``.venv/bin/python benchmarks/bench_training_parts.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from course_utils import training
+from course_utils.cpu_allocator import reuse_freed_memory
 from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.profiles import get_profile
 
@@ -111,6 +114,9 @@ def main() -> None:
     model, tokenizer = training.load_model_for_training(profile)
     with tempfile.TemporaryDirectory() as folder:
         trainer = training.build_trainer(model, tokenizer, profile, config=training.make_grpo_config(profile, folder))
+        # as while the lab trains (the trainer's callback turns it on in train(), which this bench does not call)
+        reused = profile.reuse_freed_memory and reuse_freed_memory().applied
+        print(f"parts_freed_memory_reused: {reused}")
         all_mean, capped_mean = prompt_lengths_to_compare(tokenizer, profile.max_prompt_tokens or 10_000)
         print(f"parts_prompt_tokens_all: {all_mean}")
         print(f"parts_prompt_tokens_capped: {capped_mean}")
