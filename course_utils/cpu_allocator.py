@@ -49,9 +49,9 @@ def glibc_available() -> bool:
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
-def _glibc_mallopt() -> Callable[[int, int], int] | None:
-    """The process's ``mallopt`` when the C library is glibc; None elsewhere."""
-    return getattr(ctypes.CDLL(None), "mallopt", None) if glibc_available() else None
+def _glibc_function(name: str) -> Callable[..., int] | None:
+    """The process's C function ``name`` (``mallopt``, ``malloc_trim``) when the C library is glibc; else None."""
+    return getattr(ctypes.CDLL(None), name, None) if glibc_available() else None
 
 
 def reuse_freed_memory(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHOLD_BYTES) -> AllocatorSetting:
@@ -67,7 +67,7 @@ def reuse_freed_memory(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHOLD_BYTES)
             f"trim_threshold_bytes={trim_threshold_bytes:,} is outside 1 .. {2**31 - 1:,} (mallopt takes a C int); "
             f"the default keeps up to {DEFAULT_TRIM_THRESHOLD_BYTES >> 20} MiB of freed memory for reuse."
         )
-    mallopt = _glibc_mallopt()
+    mallopt = _glibc_function("mallopt")
     if mallopt is None:
         system = f"{platform.system()} with {platform.libc_ver()[0] or 'a non-glibc C library'}"
         return AllocatorSetting(False, f"allocator unchanged: {system} has no glibc mallopt to tune")
@@ -86,7 +86,7 @@ def restore_default_allocator() -> bool:
     Outside training, a cache of freed blocks only holds RAM: loading, merging and saving a model allocate
     once, in sizes that rarely repeat, so kept blocks fragment instead of being reused.
     """
-    mallopt = _glibc_mallopt()
+    mallopt = _glibc_function("mallopt")
     return bool(mallopt and mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX) and mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_BYTES))
 
 
@@ -97,9 +97,8 @@ def release_freed_memory() -> bool:
     step (measured in the `cpu` lab: 3.0, 3.1, 3.3 GB after steps 1, 2 and 3). Released once per training
     step, the pages are faulted in once per step instead of once per temporary.
     """
-    if not glibc_available():
-        return False
-    return bool(ctypes.CDLL(None).malloc_trim(0))
+    malloc_trim = _glibc_function("malloc_trim")
+    return bool(malloc_trim and malloc_trim(0))
 
 
 def reuse_freed_memory_callback(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHOLD_BYTES) -> Any:
@@ -107,7 +106,8 @@ def reuse_freed_memory_callback(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHO
 
     At the start of training it calls ``reuse_freed_memory`` (and prints what it did), after every optimizer
     step ``release_freed_memory``, and at the end ``restore_default_allocator`` and a last release. Being a
-    callback, it follows ``trainer.train()`` however it is called: notebook, script, or resumed run.
+    callback, it follows ``trainer.train()`` however it is called: notebook, script, or resumed run. A run
+    that stops on an exception skips ``on_train_end``: the blocks stay kept (not lost) until the next run ends.
     """
     from transformers import TrainerCallback
 
