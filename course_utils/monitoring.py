@@ -221,35 +221,36 @@ def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
     return []
 
 
-def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
-    recent = _recent(logs, "frac_reward_zero_std")
-    if recent is None or recent[1] <= THRESHOLDS["zero_std_high"]:
+def _recent_above_threshold(
+    logs: list[dict[str, Any]], key: str, rule: str, message: str, advice: str
+) -> list[Finding]:
+    """A ``rule`` finding when the recent mean of ``key`` exceeds ``THRESHOLDS[rule]`` (``message`` gets ``value``)."""
+    recent = _recent(logs, key)
+    if recent is None or recent[1] <= THRESHOLDS[rule]:
         return []
-    step, zero_std = recent
-    return [
-        Finding(
-            "zero_std_high",
-            step,
-            f"{zero_std:.0%} of the groups have identical rewards (frac_reward_zero_std)",
-            "those groups give no learning signal: warm-start the format, a denser reward, more completions "
-            "per group or a higher temperature",
-        )
-    ]
+    step, value = recent
+    return [Finding(rule, step, message.format(value=value), advice)]
+
+
+def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
+    return _recent_above_threshold(
+        logs,
+        "frac_reward_zero_std",
+        "zero_std_high",
+        "{value:.0%} of the groups have identical rewards (frac_reward_zero_std)",
+        "those groups give no learning signal: warm-start the format, a denser reward, more completions "
+        "per group or a higher temperature",
+    )
 
 
 def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
-    recent = _recent(logs, "completions/clipped_ratio")
-    if recent is None or recent[1] <= THRESHOLDS["clipped_high"]:
-        return []
-    step, clipped = recent
-    return [
-        Finding(
-            "clipped_high",
-            step,
-            f"{clipped:.0%} of the completions hit max_completion_length (clipped ratio)",
-            "truncated completions lose their </answer>: raise max_completion_length or teach shorter answers",
-        )
-    ]
+    return _recent_above_threshold(
+        logs,
+        "completions/clipped_ratio",
+        "clipped_high",
+        "{value:.0%} of the completions hit max_completion_length (clipped ratio)",
+        "truncated completions lose their </answer>: raise max_completion_length or teach shorter answers",
+    )
 
 
 RULES = (_check_reward_std, _check_length_jump, _check_kl, _check_zero_std, _check_clipped)
