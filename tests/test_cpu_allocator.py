@@ -23,12 +23,12 @@ from course_utils.profiles import PROFILES
 GLIBC = glibc_available()
 
 # TRL's chunked log-softmax (the lab's hot spot: float32 temporaries of 400 x 32,768 entries, 52 MB each),
-# forward + backward, in a fresh process: page faults of one call with glibc as it comes, with freed blocks
-# reused, and after the defaults are restored and the kept blocks released (each after a warm-up call).
+# forward + backward, in a fresh process: page faults of a call with glibc as it comes and with freed
+# blocks reused (the fewer of two calls, each time after a warm-up call).
 FAULTS_SCRIPT = """
 import json, resource, torch
 from trl.kernels.chunked_logprob import ChunkedLogProbFunction
-from course_utils.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
+from course_utils.cpu_allocator import reuse_freed_memory
 
 torch.manual_seed(0)
 hidden = torch.randn(400, 576, dtype=torch.bfloat16, requires_grad=True)
@@ -41,29 +41,59 @@ def faults_of_one_call():
     log_probs.sum().backward()
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
-faults_of_one_call()
-default = faults_of_one_call()
+def fewest_faults_of_two_calls():  # after a warm-up call; the heap's layout still moves from call to call
+    faults_of_one_call()
+    return min(faults_of_one_call() for _ in range(2))
+
+default = fewest_faults_of_two_calls()
 applied = reuse_freed_memory().applied
-faults_of_one_call()
-reuse = faults_of_one_call()
-restored = restore_default_allocator() and release_freed_memory()  # as the callback ends training
-faults_of_one_call()
-print(json.dumps({"default": default, "reuse": reuse, "restored": faults_of_one_call(),
-                  "applied": applied, "restored_ok": restored}))
+print(json.dumps({"default": default, "reuse": fewest_faults_of_two_calls(), "applied": applied}))
 """
 
 
 @pytest.mark.skipif(not GLIBC, reason="the setting tunes glibc's malloc; other C libraries are left alone")
-def test_log_softmax_reuses_freed_blocks_only_while_the_setting_lasts():
+def test_log_softmax_reuses_freed_blocks_without_page_faults():
     output = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT], check=True, capture_output=True, text=True)
     faults = json.loads(output.stdout.strip().splitlines()[-1])
-    assert faults["applied"] and faults["restored_ok"], faults
+    assert faults["applied"], faults
     fresh_tile_pages = 400 * 32_768 * 4 // 4096
     if faults["default"] < fresh_tile_pages:
         pytest.skip(f"few page faults even without the setting (transparent huge pages?): {faults}")
     assert faults["default"] > 5 * fresh_tile_pages, faults  # glibc as it comes: every temporary is fresh pages
     assert faults["reuse"] < faults["default"] / 5, faults
-    assert faults["restored"] > faults["default"] / 2, faults  # restored: big blocks go back to the OS again
+
+
+# An 800 MB block allocated, filled and freed: how much resident memory it leaves behind while freed blocks
+# are reused, then after the defaults are restored and the kept blocks released (as the callback ends training).
+# Page faults of a later call are no measure of the restore: glibc may serve it from free chunks still in the heap.
+RESTORE_SCRIPT = """
+import json, torch
+from course_utils.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
+
+def resident_mb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
+
+def left_behind_by_a_freed_block_mb():
+    before = resident_mb()
+    block = torch.empty(200_000_000).fill_(1.0)
+    del block
+    return resident_mb() - before
+
+reuse_freed_memory()
+kept = left_behind_by_a_freed_block_mb()
+restored = restore_default_allocator() and release_freed_memory()
+print(json.dumps({"kept": kept, "restored_ok": restored, "after_restore": left_behind_by_a_freed_block_mb()}))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+def test_restoring_the_defaults_gives_big_freed_blocks_back_again():
+    output = subprocess.run([sys.executable, "-c", RESTORE_SCRIPT], check=True, capture_output=True, text=True)
+    memory = json.loads(output.stdout.strip().splitlines()[-1])
+    assert memory["restored_ok"], memory
+    assert memory["kept"] > 700, memory  # reused: the freed 800 MB stays resident for the next temporary
+    assert memory["after_restore"] < 50, memory  # restored: the freed block went back to the OS
 
 
 # Keeps three freed 100 MB blocks in the heap (small live tensors between them stop a trim at the top),
