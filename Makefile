@@ -17,7 +17,7 @@ LAB_ARGS ?=
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
-.PHONY: setup lab test lint course bench clean
+.PHONY: setup lab test test-slow lint course bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,15 +37,23 @@ lint: setup
 	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks
 
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 tests --nbmake notebooks
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not measurement" tests --nbmake notebooks
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
+
+# Measurements checked against estimates (memory peaks of real runs, on both CPU precision paths): minutes each
+test-slow: setup
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m measurement tests
 
 course: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} GSM8K_DIR=$(GSM8K_DIR) $(PY) -m course_utils.runner --output build
 
+# Every benchmark's `name: value` lines, also written to $(BENCH_RESULTS) (the machine's lines come first)
+BENCH_RESULTS ?= benchmarks/results.txt
 bench: setup
-	@for script in benchmarks/bench_*.py; do echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done
+	@set -o pipefail; for script in benchmarks/bench_*.py; do echo "# $$script"; \
+	  GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
+	@mv $(BENCH_RESULTS).new $(BENCH_RESULTS); echo "written: $(BENCH_RESULTS)"
 
 clean:
 	rm -rf build outputs .pytest_cache .ruff_cache

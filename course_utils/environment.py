@@ -12,6 +12,7 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils.hardware import cpu_precision
 from course_utils.profiles import Profile, get_profile
 
 # distribution name -> (why the course needs it, install command)
@@ -97,6 +98,8 @@ def hardware_checks(profile: Profile) -> list[Check]:
         needs_gpu = profile.device == "cuda"
         fix = "this profile needs an NVIDIA GPU: use COURSE_PROFILE=cpu, or a Colab GPU runtime" if needs_gpu else ""
         checks.append(Check("GPU", "none (CPU only)", not needs_gpu, fix))
+    if profile.device == "cpu":
+        checks.append(Check("CPU precision", str(cpu_precision()), True))
     return checks
 
 

@@ -390,15 +390,15 @@ def estimate_for_profile(
 ) -> MemoryEstimate:
     """The estimate for a course profile (sizes read from ``course_utils.profiles``).
 
-    The weights' dtype is the profile's ``train_dtype`` when it has one (the CPU lab trains in bf16 on CPUs
-    that support it), else its ``dtype``. ``prompt_tokens`` defaults to the profile's prompt cap
-    (``max_prompt_tokens``) when it has one, else to a generous GSM8K prompt.
+    The weights' dtype is the one the profile trains in on this machine (``Profile.training_dtype``: the CPU
+    lab trains a bf16 copy only where the CPU computes bf16 natively). ``prompt_tokens`` defaults to the
+    profile's prompt cap (``max_prompt_tokens``) when it has one, else to a generous GSM8K prompt.
     """
     p = get_profile(profile)
     prompt_tokens = prompt_tokens or p.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
     return estimate_memory(
         spec or spec_for_profile(p),
-        dtype=p.train_dtype or p.dtype,
+        dtype=p.training_dtype,
         use_lora=p.use_lora,
         lora_r=p.lora_r,
         lora_target_modules=p.lora_target_modules,
@@ -426,7 +426,7 @@ def memory_table() -> Any:
 
     t4, gpu, cpu = get_profile("colab-t4"), get_profile("gpu"), get_profile("cpu")
     layers = f" in the top {cpu.lora_top_layers} layers" if cpu.lora_top_layers else ""
-    lab_setup = f"cpu profile: {cpu.train_dtype or cpu.dtype}, " + (
+    lab_setup = f"cpu profile: {cpu.training_dtype}, " + (
         f"LoRA r={cpu.lora_r}{layers}" if cpu.use_lora else "full"
     )
     full_fp16 = t4.override(use_lora=False, load_in_4bit=False, gradient_checkpointing=False)
@@ -581,6 +581,7 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
         "increase_gb": peak - baseline,
         "after_load_gb": after_load - baseline,
         "prompt_tokens": prompt_tokens,
+        "training_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
     }
 
 

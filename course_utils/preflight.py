@@ -24,6 +24,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils.hardware import cpu_supports_bf16
 from course_utils.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
 
 SEVERITIES = ("error", "warning", "info")
@@ -106,7 +107,6 @@ def detect_hardware() -> Hardware:
             total_memory_gb=total / 1024**3,
             available_memory_gb=free / 1024**3,
         )
-    from course_utils.training import cpu_supports_bf16
 
     memory = psutil.virtual_memory()
     return Hardware("cpu", None, cpu_supports_bf16(), memory.total / 1024**3, memory.available / 1024**3)

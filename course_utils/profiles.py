@@ -12,6 +12,8 @@ import socket
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from course_utils.hardware import cuda_available, cuda_bf16_supported, resolve_train_dtype
+
 PROFILE_ENV_VAR = "COURSE_PROFILE"
 HUB_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
 OFFLINE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -73,7 +75,9 @@ class Profile:
     warmup_steps: float = 0.0  # an int counts steps, a float in [0, 1) is a fraction of max_steps
     max_grad_norm: float = 1.0
     reward_weights: tuple[float, ...] | None = None  # None: every reward at its natural size (weights 1.0)
-    train_dtype: str | None = None  # cast the loaded model to this dtype for training (None: keep dtype)
+    # Cast the loaded model to this dtype for training (None: keep dtype; "auto" on a CPU: bfloat16 where the
+    # CPU computes it natively, float32 elsewhere, see course_utils.hardware)
+    train_dtype: str | None = None
     # The evaluation
     eval_size: int = 200
     eval_batch_size: int = 16
@@ -89,6 +93,11 @@ class Profile:
     def prompts_per_step(self) -> int:
         """Distinct prompts per optimizer step: each prompt fills one group of ``num_generations``."""
         return self.effective_batch_size // self.num_generations
+
+    @property
+    def training_dtype(self) -> str:
+        """The dtype the model trains and generates in on this machine (``train_dtype`` resolved)."""
+        return resolve_train_dtype(self.device, self.dtype, self.train_dtype)
 
     def as_dict(self) -> dict[str, Any]:
         """The profile as a plain dict, for tables and logs."""
@@ -114,7 +123,8 @@ PROFILES: dict[str, Profile] = {
         load_in_4bit=False,
         lora_r=8,
         lora_alpha=16,
-        lora_top_layers=15,  # the cpu lab's set-up, so CI runs the same code path
+        train_dtype="auto",  # the cpu lab's set-up, so CI runs the same code path
+        lora_top_layers=15,  # likewise
         max_prompt_tokens=80,  # likewise
         reuse_freed_memory=True,  # likewise
         num_generations=2,
@@ -144,7 +154,7 @@ PROFILES: dict[str, Profile] = {
         load_in_4bit=False,
         lora_r=16,
         lora_alpha=32,
-        train_dtype="bfloat16",  # LoRA on a bf16 copy: ~2x faster generation; adapters stay fp32
+        train_dtype="auto",  # a bf16 copy where the CPU computes bf16 natively, fp32 elsewhere; adapters stay fp32
         lora_top_layers=15,  # adapters in the top half: the backward pass stops at layer 15 (measured: -9% step time)
         num_generations=8,
         # 8 completions per step, generated together, trained in 2 micro-batches of 4: TRL's CPU log-softmax
@@ -233,22 +243,6 @@ def profile_names() -> list[str]:
     return [*PROFILES, "auto"]
 
 
-def cuda_available() -> bool:
-    """True when torch sees a CUDA GPU (False when torch itself is missing)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def bf16_supported() -> bool:
-    """True on GPUs with native bfloat16 (Ampere and newer; a T4 has none)."""
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
 def hub_reachable(timeout: float = 3.0) -> bool:
     """True when the Hugging Face Hub answers; False offline or with ``HF_HUB_OFFLINE=1``.
 
@@ -267,7 +261,7 @@ def detect_profile_name() -> str:
     """The profile ``auto`` stands for: a GPU profile when CUDA and the Hub are there, else ``cpu``."""
     if not (cuda_available() and hub_reachable()):
         return "cpu"
-    return "gpu" if bf16_supported() else "colab-t4"
+    return "gpu" if cuda_bf16_supported() else "colab-t4"
 
 
 def get_profile(name: str | Profile | None = None) -> Profile:

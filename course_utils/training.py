@@ -16,7 +16,6 @@ the monitoring rules in ``course_utils.monitoring``. ``run_training`` chains eve
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 import warnings
@@ -27,6 +26,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from course_utils.hardware import cpu_precision, cuda_available
 from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
 
@@ -39,29 +39,16 @@ WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or s
 # --- Precision and the generation batch ------------------------------------------------------------
 
 
-def cpu_supports_bf16() -> bool:
-    """True when this CPU computes bfloat16 natively (AVX512-BF16 or AMX): then bf16 autocast is ~2x faster.
-
-    Why a flag check: on CPUs without these instructions bf16 is emulated and slower than fp32, so the
-    course only turns bf16 autocast on where it pays off. Non-Linux machines answer False (safe default).
-    """
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", flags))
-
-
 def precision_flags(profile: Profile) -> dict[str, bool]:
     """``bf16``/``fp16``/``use_cpu`` for ``GRPOConfig``: always explicit, because TRL defaults to ``bf16=True``.
 
     GPU profiles follow the profile's dtype (a T4 has no bf16, so ``colab-t4`` trains in fp16). CPU
-    profiles keep fp32 weights and use bf16 *autocast* when the CPU supports it natively.
+    profiles use bf16 autocast exactly when their model trains in bf16, which ``train_dtype="auto"`` picks
+    only where the CPU computes bf16 natively (``course_utils.hardware.cpu_precision``).
     """
     if profile.device == "cuda":
         return {"bf16": profile.dtype == "bfloat16", "fp16": profile.dtype == "float16", "use_cpu": False}
-    wants_bf16 = "bfloat16" in (profile.dtype, profile.train_dtype)
-    return {"bf16": wants_bf16 or cpu_supports_bf16(), "fp16": False, "use_cpu": True}
+    return {"bf16": profile.training_dtype == "bfloat16", "fp16": False, "use_cpu": True}
 
 
 class GenerationBatchError(ValueError):
@@ -299,8 +286,6 @@ def golden_config(**overrides: Any) -> Any:
     """The golden config as a real ``GRPOConfig`` (fp16 off on a CPU so that it can be built anywhere)."""
     from trl import GRPOConfig
 
-    from course_utils.profiles import cuda_available
-
     kwargs: dict[str, Any] = {**GOLDEN_CONFIG, "output_dir": str(output_dir() / "golden-config"), "report_to": []}
     kwargs["bf16"] = False
     if not cuda_available():
@@ -377,11 +362,11 @@ def top_layer_indices(model: Any, count: int) -> list[int]:
 
 
 def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, Any]:
-    """The profile's model and tokenizer, in the profile's ``train_dtype`` when it has one.
+    """The profile's model and tokenizer, in the profile's training dtype (``Profile.training_dtype``).
 
-    Why a training dtype: on a CPU with bfloat16 instructions, a bf16 copy of the weights generates about
-    twice as fast as fp32 and halves memory; with LoRA the trained adapter weights stay in fp32, so
-    the small updates are not lost to bf16 rounding. The evaluation keeps loading the profile's ``dtype``.
+    Why a training dtype: on a CPU with bfloat16 instructions, a bf16 copy of the weights generates faster
+    than fp32 and halves memory; with LoRA the trained adapter weights stay in fp32, so the small updates
+    are not lost to bf16 rounding. The evaluation keeps loading the profile's ``dtype``.
     """
     import torch
 
@@ -389,15 +374,16 @@ def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, 
 
     p = get_profile(profile)
     model, tokenizer = load_model_and_tokenizer(p)
-    if p.train_dtype == "bfloat16" and p.device == "cpu" and not cpu_supports_bf16():
-        print("This CPU has no native bfloat16 (AVX512-BF16/AMX): training in the profile's dtype instead.")
-    elif p.train_dtype and p.train_dtype != p.dtype:
+    dtype = p.training_dtype
+    if dtype != p.dtype:
         if not p.use_lora:
             raise ValueError(
-                f"Profile {p.name!r}: train_dtype={p.train_dtype} without LoRA would train the {p.train_dtype} "
-                "weights themselves and lose small updates to rounding; set use_lora=True or train_dtype=None."
+                f"Profile {p.name!r}: train_dtype={dtype} without LoRA would train the {dtype} weights "
+                "themselves and lose small updates to rounding; set use_lora=True or train_dtype=None."
             )
-        model = model.to(getattr(torch, p.train_dtype))
+        model = model.to(getattr(torch, dtype))
+    if p.device == "cpu" and p.train_dtype == "auto":
+        print(f"CPU precision: {cpu_precision()}.")
     return model, tokenizer
 
 

@@ -42,3 +42,23 @@ def test_setup_exercises_accept_the_right_answers():
 
 def test_close_to_handles_non_numbers():
     assert exercises.close_to("3.0", 3) and not exercises.close_to("three", 3) and not exercises.close_to(None, 3)
+
+
+def test_precision_rule_accepts_a_right_rule_and_names_a_wrong_ones_cases(capsys):
+    def right(capability, flags):
+        native = capability == "AVX512" and bool({"avx512_bf16", "amx_bf16"} & flags)
+        return "bf16" if native else "fp32"
+
+    def flags_only(capability, flags):  # forgets that torch's AVX2 kernels emulate bf16
+        return "bf16" if {"avx512_bf16", "amx_bf16"} & flags else "fp32"
+
+    def crashes(capability, flags):
+        raise KeyError(capability)
+
+    assert exercises.check_99_precision_rule(right)
+    assert not exercises.check_99_precision_rule(flags_only)
+    assert "AVX2 with ['avx2', 'avx512_bf16', 'avx512f']: yours 'bf16'" in capsys.readouterr().out
+    assert not exercises.check_99_precision_rule(lambda capability, flags: "fp32")
+    assert not exercises.check_99_precision_rule(crashes)
+    assert not exercises.check_99_precision_rule(lambda capability, flags: ...)
+    assert "not answered" in capsys.readouterr().out

@@ -12,7 +12,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from course_utils import training
+from course_utils import hardware, training
+from course_utils.hardware import PRECISION_ENV_VAR
 from course_utils.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.profiles import PROFILES, get_profile
 from course_utils.training import (
@@ -115,17 +116,35 @@ def test_config_table_lists_values(tmp_path):
     assert table.loc["num_generations", "value"] == get_profile("ci").num_generations
 
 
-def test_bf16_training_copy_needs_lora():
+def test_bf16_training_copy_needs_lora(monkeypatch):
+    monkeypatch.setenv(PRECISION_ENV_VAR, "bf16")
     profile = get_profile("cpu").override(use_lora=False)
-    if not training.cpu_supports_bf16():
-        pytest.skip("this CPU has no native bfloat16: the profile keeps fp32 and never casts")
     with pytest.raises(ValueError, match="use_lora=True or train_dtype=None"):
         training.load_model_for_training(profile)
 
 
-def test_cpu_precision_follows_the_cpu():
-    flags = training.precision_flags(get_profile("ci"))
-    assert flags == {"bf16": training.cpu_supports_bf16(), "fp16": False, "use_cpu": True}
+@pytest.mark.parametrize("path", ["bf16", "fp32"])
+def test_cpu_precision_follows_the_precision_path(monkeypatch, path):
+    monkeypatch.setenv(PRECISION_ENV_VAR, path)
+    for name in ("ci", "cpu"):
+        profile = get_profile(name)
+        assert training.precision_flags(profile) == {"bf16": path == "bf16", "fp16": False, "use_cpu": True}
+        assert profile.training_dtype == {"bf16": "bfloat16", "fp32": "float32"}[path]
+
+
+def test_cpu_precision_auto_is_bf16_only_where_native(monkeypatch):
+    monkeypatch.delenv(PRECISION_ENV_VAR, raising=False)
+    native = hardware.cpu_supports_bf16()
+    assert training.precision_flags(get_profile("cpu"))["bf16"] is native
+
+
+@pytest.mark.parametrize("path", ["bf16", "fp32"])
+def test_lab_model_is_loaded_in_the_precision_path(monkeypatch, path):
+    import torch
+
+    monkeypatch.setenv(PRECISION_ENV_VAR, path)
+    model, _ = training.load_model_for_training("ci")
+    assert model.dtype == {"bf16": torch.bfloat16, "fp32": torch.float32}[path]
 
 
 # --- LoRA and the training prompts ----------------------------------------------------------------------------

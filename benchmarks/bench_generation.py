@@ -1,0 +1,74 @@
+"""Generation speed in the CPU lab's settings, against plain ``model.generate`` in fp32.
+
+Prints `name: value` lines:
+
+- ``generate_tokens_per_second``: the lab's generation (its model in this machine's precision path, LoRA
+  applied as the trainer applies it, one prompt times ``num_generations``, ``max_completion_length`` new tokens);
+- ``generate_hf_default_tokens_per_second``: the same prompts and token count through plain
+  ``model.generate`` on the fp32 model without adapters (transformers' default cache);
+- ``generate_speedup_vs_hf_default``: the first divided by the second, in the same run (target: at least 2).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from peft import get_peft_model
+
+from course_utils.data import load_gsm8k
+from course_utils.hardware import cpu_precision
+from course_utils.models import load_model_and_tokenizer
+from course_utils.profiles import get_profile
+from course_utils.training import load_model_for_training, make_lora_config
+
+REPEATS = 3
+
+
+def tokens_per_second(model: Any, inputs: dict[str, Any], new_tokens: int, pad_token_id: int) -> float:
+    """Median completion tokens per second over ``REPEATS`` sampled generations, after one warm-up."""
+    rows = inputs["input_ids"].shape[0]
+    seconds = []
+    for repeat in range(REPEATS + 1):
+        torch.manual_seed(repeat)
+        with torch.no_grad():
+            started = time.perf_counter()
+            model.generate(
+                **inputs,
+                do_sample=True,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=pad_token_id,
+            )
+            seconds.append(time.perf_counter() - started)
+    return rows * new_tokens / statistics.median(seconds[1:])
+
+
+def main() -> None:
+    profile = get_profile("cpu")
+    problem = load_gsm8k("train", formatted=True, limit=1, verbose=False)[0]
+    lab_model, tokenizer = load_model_for_training(profile)
+    text = tokenizer.apply_chat_template(problem["prompt"], add_generation_prompt=True, tokenize=False)
+    inputs = tokenizer([text] * profile.num_generations, return_tensors="pt")
+    new_tokens = profile.max_completion_length
+    lab_model = get_peft_model(lab_model, make_lora_config(profile, lab_model)).eval()
+    lab = tokens_per_second(lab_model, inputs, new_tokens, tokenizer.pad_token_id)
+    del lab_model
+    plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
+    plain = tokens_per_second(plain_model.eval(), inputs, new_tokens, tokenizer.pad_token_id)
+    print(
+        f"generate_settings: {profile.num_generations} completions x {new_tokens} tokens, "
+        f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA"
+    )
+    print(f"generate_tokens_per_second: {lab:.1f}")
+    print(f"generate_hf_default_tokens_per_second: {plain:.1f}")
+    print(f"generate_speedup_vs_hf_default: {lab / plain:.2f}")
+
+
+if __name__ == "__main__":
+    main()
