@@ -188,6 +188,14 @@ def compare_with_reference(
     return differences
 
 
+def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
+    """Report an unanswered exercise or an answer that is not a function; checked before building any cases."""
+    if is_unanswered(learner) or not callable(learner):
+        report(exercise, False, f"pass the function itself (no parentheses). {hint}", learner)
+        return True
+    return False
+
+
 def check_against_reference(
     exercise: str,
     learner: Any,
@@ -199,8 +207,8 @@ def check_against_reference(
     show: int = 4,
 ) -> bool:
     """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
-    if is_unanswered(learner) or not callable(learner):
-        return report(exercise, False, f"pass the function itself (no parentheses). {hint}", learner)
+    if not_a_function(exercise, learner, hint):
+        return False
     differences = compare_with_reference(learner, reference, cases, same)
     if not differences:
         print(f"✅ {exercise}: same result as the reference on all {len(cases)} cases.")
@@ -304,15 +312,19 @@ def loss_cases(loss_type: str = "dapo") -> tuple[Callable[..., Any], list[Case]]
 
 def check_01_policy_loss(learner: Any) -> bool:
     """The learner's clipped loss (TRL's default ``loss_type="dapo"``) against ``GRPOTrainer._compute_loss``."""
-    reference, cases = loss_cases("dapo")
     hint = "-min(ratio * A, clamp(ratio, 0.8, 1.2) * A) per token, summed over real tokens (mask), / mask.sum()"
+    if not_a_function("01 clipped loss", learner, hint):
+        return False
+    reference, cases = loss_cases("dapo")
     return check_against_reference("01 clipped loss", learner, reference, cases, hint=hint)
 
 
 def check_01_sequence_mean_loss(learner: Any) -> bool:
     """Exercise: the loss with ``loss_type="grpo"`` (mean per completion, then over completions) against TRL's."""
-    reference, cases = loss_cases("grpo")
     hint = "same per-token loss; (per_token * mask).sum(dim=1) / mask.sum(dim=1), then .mean() over completions"
+    if not_a_function("01.3 per-completion mean loss", learner, hint):
+        return False
+    reference, cases = loss_cases("grpo")
     return check_against_reference("01.3 per-completion mean loss", learner, reference, cases, hint=hint)
 
 

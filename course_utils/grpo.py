@@ -259,13 +259,14 @@ def trl_trainer(
     epsilon: float = 0.2,
     epsilon_high: float | None = None,
     use_bias_correction_kl: bool = True,
-    max_completion_length: int = 4,
+    max_completion_length: int = 1,
 ) -> Any:
     """A real ``GRPOTrainer`` on a tiny random Qwen2 model (CPU, about a second), reused per setting.
 
     Its only reward is a ``FixedRewards``: set ``trainer.reward_funcs[0].values`` to make TRL score
-    completions with rewards of your choice. The tokenizer is the offline SmolLM2 one (no download);
-    the model is saved to a temporary folder once, because TRL loads the reference model from a path.
+    completions with rewards of your choice (one token each by default: only the rewards matter).
+    The tokenizer is the offline SmolLM2 one (no download); the model is saved to a temporary folder
+    once, because TRL loads the reference model from a path.
     """
     from datasets import Dataset
     from transformers.utils import logging as hf_logging
