@@ -190,8 +190,11 @@ def compare_with_reference(
 
 def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
     """Report an unanswered exercise or an answer that is not a function; checked before building any cases."""
-    if is_unanswered(learner) or not callable(learner):
-        report(exercise, False, f"pass the function itself (no parentheses). {hint}", learner)
+    if is_unanswered(learner):
+        report(exercise, False, hint, learner)
+        return True
+    if not callable(learner):
+        print(f"❌ {exercise}: {type(learner).__name__} {learner!r:.40} is not a function; pass the function, no ().")
         return True
     return False
 

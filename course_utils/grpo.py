@@ -16,9 +16,11 @@ inputs we choose, so notebook 01 and ``tests/test_grpo.py`` compare against TRL,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +241,22 @@ class FixedRewards:
         return list(self.values)
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No loading bars, no deprecation notices from the libraries: they are not what a learner checks here."""
+    from transformers.utils import logging as hf_logging
+
+    bars_shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if bars_shown:
+            hf_logging.enable_progress_bar()
+
+
 @functools.lru_cache(maxsize=1)
 def _tiny_model_folder() -> str:
     """The tiny random model saved once per session: TRL loads its reference model (``beta > 0``) from a path."""
@@ -269,36 +287,30 @@ def trl_trainer(
     once, because TRL loads the reference model from a path.
     """
     from datasets import Dataset
-    from transformers.utils import logging as hf_logging
     from trl import GRPOConfig, GRPOTrainer
 
     _check_groups(torch.zeros(num_generations), num_generations)
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-reference-"),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        num_generations=num_generations,
-        per_device_train_batch_size=num_generations,
-        max_completion_length=max_completion_length,
-        scale_rewards=_normalize_scale(scale_rewards),
-        loss_type=loss_type,
-        beta=beta,
-        epsilon=epsilon,
-        epsilon_high=epsilon_high,
-        use_bias_correction_kl=use_bias_correction_kl,
-    )
-    prompts = Dataset.from_list([{"prompt": "1 + 1 ="}] * num_generations)
-    bars_shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # two "Loading weights" bars per trainer teach nothing
-    try:
+    with _quiet():
+        config = GRPOConfig(
+            output_dir=tempfile.mkdtemp(prefix="trl-reference-"),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            num_generations=num_generations,
+            per_device_train_batch_size=num_generations,
+            max_completion_length=max_completion_length,
+            scale_rewards=_normalize_scale(scale_rewards),
+            loss_type=loss_type,
+            beta=beta,
+            epsilon=epsilon,
+            epsilon_high=epsilon_high,
+            use_bias_correction_kl=use_bias_correction_kl,
+        )
+        prompts = Dataset.from_list([{"prompt": "1 + 1 ="}] * num_generations)
         trainer = GRPOTrainer(
             model=_tiny_model_folder(), reward_funcs=[FixedRewards()], args=config, train_dataset=prompts
         )
-    finally:
-        if bars_shown:
-            hf_logging.enable_progress_bar()
     trainer.current_gradient_accumulation_steps = 1  # the training loop sets it; here one micro-batch per step
     return trainer
 
@@ -311,7 +323,8 @@ def _trl_scored(rewards: Sequence[float] | torch.Tensor, num_generations: int, s
     trainer.reward_funcs[0].values = values.tolist()
     trainer.model.train()
     inputs = [{"prompt": f"prompt {i // num_generations}:"} for i in range(values.numel())]
-    output = trainer._generate_and_score_completions(inputs)
+    with _quiet():
+        output = trainer._generate_and_score_completions(inputs)
     return output, trainer._metrics["train"]
 
 
@@ -389,7 +402,7 @@ def trl_loss_case(
 def trl_policy_loss(trainer: Any, case: LossCase) -> torch.Tensor:
     """The loss the installed TRL computes for ``case`` (``GRPOTrainer._compute_loss``, one micro-batch)."""
     trainer.model.train()
-    with torch.no_grad():
+    with torch.no_grad(), _quiet():
         return trainer._compute_loss(trainer.model, case.inputs)
 
 
