@@ -258,11 +258,17 @@ def _quiet() -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=1)
+def _scratch() -> tempfile.TemporaryDirectory:
+    """One temporary folder per session for the tiny model and the trainers' output; removed at exit."""
+    return tempfile.TemporaryDirectory(prefix="trl-reference-")
+
+
+@functools.lru_cache(maxsize=1)
 def _tiny_model_folder() -> str:
     """The tiny random model saved once per session: TRL loads its reference model (``beta > 0``) from a path."""
     from transformers import AutoTokenizer
 
-    folder = tempfile.mkdtemp(prefix="tiny-qwen2-")
+    folder = f"{_scratch().name}/tiny-qwen2"
     build_tiny_random_model().save_pretrained(folder)
     AutoTokenizer.from_pretrained(materialize_offline_model()).save_pretrained(folder)
     return folder
@@ -292,7 +298,7 @@ def trl_trainer(
     _check_groups(torch.zeros(num_generations), num_generations)
     with _quiet():
         config = GRPOConfig(
-            output_dir=tempfile.mkdtemp(prefix="trl-reference-"),
+            output_dir=f"{_scratch().name}/run",
             use_cpu=True,
             bf16=False,
             report_to="none",
