@@ -297,16 +297,9 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
 
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("colab-t4").override(
-        device="cpu",
-        dtype="float32",
-        load_in_4bit=False,
-        gradient_checkpointing=False,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        max_completion_length=8,
-        max_steps=1,
-        train_size=4,
+        device="cpu", dtype="float32", load_in_4bit=False, gradient_checkpointing=False,
+        num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+        max_completion_length=8, max_steps=1, train_size=4,
     )
     model = build_tiny_random_model()
     lora = training.make_lora_config(profile, model)
