@@ -267,7 +267,11 @@ class BadRow:
         return f"row {self.index}: {self.reason} ({self.excerpt!r})"
 
 
-def _parse_row(row: dict[str, Any], system_prompt: str) -> dict[str, Any]:
+def format_row(row: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> dict[str, Any]:
+    """One raw GSM8K row as ``GRPOTrainer`` reads it: ``prompt``, gold ``answer``, ``question``, ``reasoning``.
+
+    The function a ``Dataset.map`` applies; ``format_gsm8k`` runs it on every row and names the rows it refuses.
+    """
     question, solution = row.get("question"), row.get("answer")
     if not isinstance(question, str) or not question.strip():
         raise GSM8KFormatError(f"missing or empty question: {_excerpt(repr(question))}")
@@ -284,7 +288,7 @@ def _row_problem(index: int, row: Any, system_prompt: str) -> tuple[dict[str, An
     if not isinstance(row, dict):
         return None, BadRow(index, f"row is a {type(row).__name__}, not a dict", _shown(row))
     try:
-        return _parse_row(row, system_prompt), None
+        return format_row(row, system_prompt), None
     except (ValueError, TypeError) as exc:
         return None, BadRow(index, str(exc), _shown(row.get("answer")))
 

@@ -1,15 +1,43 @@
-"""The checking functions for every notebook's exercises.
+"""The checking functions for every notebook's exercises, and the check of a learner's function.
 
 Each check prints a verdict with a hint and returns ``True`` or ``False``; it never raises, so a
 notebook with an unanswered exercise still runs top to bottom (in CI too). An unanswered exercise
 (``None`` or ``...``) is reported as such, not as wrong.
+
+``check_against_reference`` is the one place where a function the learner wrote in a notebook cell is
+run next to the package's reference on a bank of ``Case``s (real GSM8K rows, edge cases, TRL's own
+computation) and every difference is printed: the input, what the reference gives, what the learner's
+version gives. The notebooks' ``check_NN_...`` functions build their case banks and call it.
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from course_utils.data import (
+    build_prompt,
+    extract_hash_answer,
+    extract_reasoning,
+    format_gsm8k,
+    format_row,
+    pitfall_outcomes,
+)
+from course_utils.grpo import (
+    frac_reward_zero_std,
+    group_advantages,
+    trl_group_advantages,
+    trl_loss_case,
+    trl_policy_loss,
+    trl_trainer,
+)
 from course_utils.hardware import native_bf16
+from course_utils.profiles import get_profile
 
 
 def is_unanswered(answer: Any) -> bool:
@@ -34,6 +62,170 @@ def close_to(answer: Any, expected: float, tolerance: float = 1e-6) -> bool:
         return False
 
 
+# --- the learner's function against the reference ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input on which the learner's function must give what the reference gives."""
+
+    label: str  # shown when the two differ: say what the case is about ("real row 12", "thousands separator")
+    args: tuple[Any, ...]
+    reference_args: tuple[Any, ...] | None = None  # the same problem in the form the reference takes, if different
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A case where the learner's function and the reference disagree, both outcomes in words."""
+
+    label: str
+    reference: str
+    yours: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: the reference {self.reference}, yours {self.yours}"
+
+
+def same_values(expected: Any, got: Any, tolerance: float = 1e-5) -> bool:
+    """Equal values; tensors and floats within ``tolerance`` (absolute, plus 1e-4 relative), containers item by item."""
+    if isinstance(expected, torch.Tensor):
+        try:
+            got = torch.as_tensor(got, dtype=expected.dtype)
+        except (TypeError, ValueError, RuntimeError):
+            return False
+        return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=tolerance)
+    if isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
+        return math.isclose(got, expected, rel_tol=1e-4, abs_tol=tolerance)
+    if isinstance(expected, Mapping):
+        return (
+            isinstance(got, Mapping)
+            and set(got) == set(expected)
+            and all(same_values(expected[key], got[key], tolerance) for key in expected)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(got, (list, tuple))
+            and len(got) == len(expected)
+            and all(same_values(e, g, tolerance) for e, g in zip(expected, got, strict=True))
+        )
+    return type(got) is type(expected) and got == expected
+
+
+def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, the exception)``: a raised error is an outcome to compare, not a crash."""
+    try:
+        return True, function(*args)
+    except Exception as exc:  # any error of the learner's code is reported, never raised
+        return False, exc
+
+
+def _error_kind(exc: BaseException) -> type[BaseException]:
+    """The built-in class an error belongs to (``GSM8KFormatError`` -> ``ValueError``): what a learner can match."""
+    return next(cls for cls in type(exc).__mro__ if cls.__module__ == "builtins")
+
+
+def _describe(ok: bool, value: Any, width: int = 90) -> str:
+    text = f"returns {value!r}" if ok else f"raises {type(value).__name__}: {value}"
+    text = " ".join(text.split())
+    return text if len(text) <= width else f"{text[: width - 3]}..."
+
+
+def _where_they_differ(expected: Any, got: Any, path: str = "") -> tuple[str, Any, Any]:
+    """The first place inside two containers where the values differ: ``("['answer']", '1080', '1,080')``."""
+    if isinstance(expected, Mapping) and isinstance(got, Mapping) and set(expected) == set(got):
+        for key in expected:
+            if not same_values(expected[key], got[key]):
+                return _where_they_differ(expected[key], got[key], f"{path}[{key!r}]")
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(expected) == len(got):
+        for index, (e, g) in enumerate(zip(expected, got, strict=True)):
+            if not same_values(e, g):
+                return _where_they_differ(e, g, f"{path}[{index}]")
+    if isinstance(expected, str) and isinstance(got, str):
+        start = next(
+            (i for i, (e, g) in enumerate(zip(expected, got, strict=False)) if e != g), min(map(len, (expected, got)))
+        )
+        if start > 24:  # show where the strings part, not their common beginning
+            return f"{path}[{start - 12}:]", expected[start - 12 :], got[start - 12 :]
+    return path, expected, got
+
+
+def _difference(label: str, expected: tuple[bool, Any], got: tuple[bool, Any]) -> Difference:
+    if expected[0] and got[0]:
+        path, expected_part, got_part = _where_they_differ(expected[1], got[1])
+        if path:
+            return Difference(f"{label}, at {path}", _describe(True, expected_part), _describe(True, got_part))
+    return Difference(label, _describe(*expected), _describe(*got))
+
+
+def _agree(expected: tuple[bool, Any], got: tuple[bool, Any], same: Callable[[Any, Any], bool]) -> bool:
+    (expected_ok, expected_value), (got_ok, got_value) = expected, got
+    if not expected_ok:  # the reference refuses this input: the learner's version must refuse it the same way
+        return not got_ok and isinstance(got_value, _error_kind(expected_value))
+    if not got_ok:
+        return False
+    try:
+        return bool(same(expected_value, got_value))
+    except Exception:  # a value that cannot even be compared is a difference
+        return False
+
+
+def compare_with_reference(
+    learner: Callable[..., Any],
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    same: Callable[[Any, Any], bool] = same_values,
+) -> list[Difference]:
+    """Run both functions on every case; return the cases where they differ (in value, or in raising).
+
+    Where the reference raises, the learner's version must raise an error of the same built-in kind
+    (``ValueError``, ``TypeError``...): refusing bad input is part of the behaviour being checked.
+    """
+    differences = []
+    for case in cases:
+        reference_args = case.args if case.reference_args is None else case.reference_args
+        expected, got = _outcome(reference, reference_args), _outcome(learner, case.args)
+        if not _agree(expected, got, same):
+            differences.append(_difference(case.label, expected, got))
+    return differences
+
+
+def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
+    """Report an unanswered exercise or an answer that is not a function; checked before building any cases."""
+    if is_unanswered(learner):
+        report(exercise, False, hint, learner)
+        return True
+    if not callable(learner):
+        print(f"❌ {exercise}: {type(learner).__name__} {learner!r:.40} is not a function; pass the function, no ().")
+        return True
+    return False
+
+
+def check_against_reference(
+    exercise: str,
+    learner: Any,
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    *,
+    hint: str,
+    same: Callable[[Any, Any], bool] = same_values,
+    show: int = 4,
+) -> bool:
+    """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
+    if not_a_function(exercise, learner, hint):
+        return False
+    differences = compare_with_reference(learner, reference, cases, same)
+    if not differences:
+        print(f"✅ {exercise}: same result as the reference on all {len(cases)} cases.")
+        return True
+    print(f"❌ {exercise}: differs from the reference on {len(differences)} of {len(cases)} cases:")
+    for difference in differences[:show]:
+        print(f"   - {difference}")
+    if len(differences) > show:
+        print(f"   ... and {len(differences) - show} more.")
+    print(f"   Hint: {hint}")
+    return False
+
+
 # --- 00 set-up ---------------------------------------------------------------------------------------
 
 
@@ -45,8 +237,6 @@ def check_00_profile_variable(answer: Any) -> bool:
 
 def check_00_completions_per_step(answer: Any) -> bool:
     """How many completions does one optimizer step of the ``colab-t4`` profile train on?"""
-    from course_utils.profiles import get_profile
-
     expected = get_profile("colab-t4").effective_batch_size
     return report(
         "00.2 completions per step",
@@ -56,13 +246,97 @@ def check_00_completions_per_step(answer: Any) -> bool:
     )
 
 
+# --- 01 GRPO concepts --------------------------------------------------------------------------------
+
+
+def check_01_first_advantage(answer: Any) -> bool:
+    """Advantage of the first completion in the group with rewards [1, 0, 0, 0] (scale="group")."""
+    expected = group_advantages([1.0, 0.0, 0.0, 0.0], num_generations=4)[0].item()
+    return report(
+        "01.1 first advantage",
+        close_to(answer, expected, tolerance=0.01),
+        "(reward - group mean) / (sample std + 1e-4); the sample std of [1, 0, 0, 0] is 0.5",
+        answer,
+    )
+
+
+def check_01_zero_std_fraction(answer: Any) -> bool:
+    """frac_reward_zero_std for two groups of 4: rewards [2, 2, 2, 2] and [0, 2, 0, 0]."""
+    expected = frac_reward_zero_std([2.0] * 4 + [0.0, 2.0, 0.0, 0.0], num_generations=4)
+    return report(
+        "01.2 frac_reward_zero_std",
+        close_to(answer, expected),
+        "the share of completions whose group has all-equal rewards",
+        answer,
+    )
+
+
+ADVANTAGE_CASES = (
+    ("one group: two right, one wrong, one rambling", [2.5, 0.5, 0.0, 2.5], 4),
+    ("two groups, the second all equal", [2.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0], 4),
+    ("every reward 0", [0.0, 0.0, 0.0, 0.0], 4),
+    ("a nearly solved group (tiny std)", [2.5, 2.5, 2.5, 2.4], 4),
+    ("three pairs (num_generations=2)", [1.0, 0.0, 3.0, 3.0, 0.2, 0.1], 2),
+    ("one group of 8, negative rewards too", [-1.0, 0.5, 2.0, 0.0, -0.5, 1.5, 0.0, 4.0], 8),
+)
+# lengths of the completions, seed, how far the policy moved since generation (0: the first step), label
+LOSS_SETTINGS = (
+    ((6, 3, 5, 2), 0, 0.0, "first step after generation (ratio 1), ragged lengths"),
+    ((6, 3, 5, 2), 1, 0.3, "the policy moved, ragged lengths"),
+    ((4, 4, 4, 4), 2, 0.3, "the policy moved, equal lengths"),
+    ((8, 1, 2, 7, 3, 3, 5, 6), 3, 0.6, "two groups, the policy moved far: much clipping"),
+)
+
+
+def advantage_cases() -> list[Case]:
+    """Batches of rewards (whole groups, prompt by prompt) with their ``num_generations``."""
+    return [Case(f"{label}, rewards {rewards}", (rewards, n)) for label, rewards, n in ADVANTAGE_CASES]
+
+
+def check_01_advantages(learner: Any) -> bool:
+    """The learner's ``advantages(rewards, num_generations)`` against the advantages the installed TRL computes."""
+    hint = "per group: (reward - group mean) / (group.std() + 1e-4); torch's std is the sample std, as TRL's"
+    return check_against_reference("01 group advantages", learner, trl_group_advantages, advantage_cases(), hint=hint)
+
+
+def loss_cases(loss_type: str = "dapo") -> tuple[Callable[..., Any], list[Case]]:
+    """TRL's loss (a real ``GRPOTrainer``, ``epsilon=0.2``, ``beta=0``) and batches to run it on.
+
+    Each case gives the learner ``(per_token_logps, old_per_token_logps, advantages, completion_mask)``
+    and gives TRL the same batch as token ids, from which its model computes the same log-probs.
+    """
+    trainer = trl_trainer(4, loss_type=loss_type, max_completion_length=8)
+    cases = []
+    for lengths, seed, drift, label in LOSS_SETTINGS:
+        batch = trl_loss_case(trainer, lengths, seed=seed, drift=drift, label=label)
+        args = (batch.per_token_logps, batch.old_per_token_logps, batch.advantages, batch.completion_mask)
+        cases.append(Case(label, args, reference_args=(batch,)))
+    return functools.partial(trl_policy_loss, trainer), cases
+
+
+def check_01_policy_loss(learner: Any) -> bool:
+    """The learner's clipped loss (TRL's default ``loss_type="dapo"``) against ``GRPOTrainer._compute_loss``."""
+    hint = "-min(ratio * A, clamp(ratio, 0.8, 1.2) * A) per token, summed over real tokens (mask), / mask.sum()"
+    if not_a_function("01 clipped loss", learner, hint):
+        return False
+    reference, cases = loss_cases("dapo")
+    return check_against_reference("01 clipped loss", learner, reference, cases, hint=hint)
+
+
+def check_01_sequence_mean_loss(learner: Any) -> bool:
+    """Exercise: the loss with ``loss_type="grpo"`` (mean per completion, then over completions) against TRL's."""
+    hint = "same per-token loss; (per_token * mask).sum(dim=1) / mask.sum(dim=1), then .mean() over completions"
+    if not_a_function("01.3 per-completion mean loss", learner, hint):
+        return False
+    reference, cases = loss_cases("grpo")
+    return check_against_reference("01.3 per-completion mean loss", learner, reference, cases, hint=hint)
+
+
 # --- 02 GSM8K data -----------------------------------------------------------------------------------
 
 
 def check_02_gold_answer(answer: Any) -> bool:
     """What gold answer does ``extract_hash_answer`` give for ``"... Total: $1,250.\\n#### $1,250 "``?"""
-    from course_utils.data import extract_hash_answer
-
     expected = extract_hash_answer("She earned 5*250 = $<<5*250=1250>>1,250.\n#### $1,250 ")
     correct = isinstance(answer, str) and answer == expected
     return report(
@@ -75,8 +349,6 @@ def check_02_gold_answer(answer: Any) -> bool:
 
 def check_02_rows_lost(answer: Any, dataset: Any) -> bool:
     """How many rows of ``dataset`` does the ``int_cast`` pitfall lose (``apply_pitfall`` returns None)?"""
-    from course_utils.data import pitfall_outcomes
-
     expected = len(pitfall_outcomes("int_cast", list(dataset["answer"]))["lost"])
     return report(
         "02.2 rows lost by int()",
@@ -105,32 +377,157 @@ def check_02_completion_length(answer: Any, stats: Any) -> bool:
     )
 
 
-# --- 01 GRPO concepts --------------------------------------------------------------------------------
+ANSWER_EDGE_CASES = (
+    ("thousands separator", "2 * 540 = 1080\n#### 1,080"),
+    ("dollar sign and spaces", "She saved $1,200.\n#### $1,200 "),
+    ("negative answer", "3 - 8 = -5\n#### -5"),
+    ("decimal answer", "5 / 2 = 2.5\n#### 2.5"),
+    ("answer on the next line", "####\n72\n"),
+    ("no '####' marker", "The answer is 7"),
+    ("two '####' markers", "#### 3\n#### 4"),
+    ("nothing after '####'", "6 * 7 = 42\n#### "),
+    ("a word, not a number", "#### seven"),
+    ("not a string", None),
+)
+QUESTION_EDGE_CASES = (
+    ("spaces and a newline around the question", ("  What is 6 * 7?\n",)),
+    ("another system prompt", ("What is 6 * 7?", "Answer with one number.")),
+    ("empty question", ("",)),
+    ("only spaces", ("   ",)),
+    ("not a string", (None,)),
+)
+ROW_EDGE_CASES = (
+    ("dollar answer, padded question", {"question": "  How much?  ", "answer": "5 * 240 = 1200\n#### $1,200"}),
+    ("no '####' in the answer", {"question": "How many?", "answer": "The answer is 7"}),
+    ("no question", {"question": "", "answer": "#### 7"}),
+)
 
 
-def check_01_first_advantage(answer: Any) -> bool:
-    """Advantage of the first completion in the group with rewards [1, 0, 0, 0] (scale="group")."""
-    from course_utils.grpo import group_advantages
+def _column(dataset: Any, name: str) -> list[Any]:
+    """One column of a ``Dataset``, a ``DatasetDict`` split or a list of dicts, as a list."""
+    if isinstance(dataset, Sequence) and not isinstance(dataset, str):
+        return [row[name] for row in dataset]
+    return list(dataset[name])
 
-    expected = group_advantages([1.0, 0.0, 0.0, 0.0], num_generations=4)[0].item()
-    return report(
-        "01.1 first advantage",
-        close_to(answer, expected, tolerance=0.01),
-        "(reward - group mean) / (sample std + 1e-4); the sample std of [1, 0, 0, 0] is 0.5",
-        answer,
+
+def _short(text: Any, width: int = 32) -> str:
+    flat = " ".join(str(text).split())
+    return repr(flat if len(flat) <= width else f"...{flat[-width + 3 :]}")
+
+
+def real_row_indices(dataset: Any, count: int = 24) -> list[int]:
+    """The first rows, and the rows whose final answer has a comma, a sign, a ``$`` or a decimal point.
+
+    Those are the rows one-line parsers get wrong, so they belong in every check on real data.
+    """
+    answers = _column(dataset, "answer")
+    tricky = [i for i, text in enumerate(answers) if any(c in text.rsplit("####", 1)[-1] for c in ",-$.")]
+    first = list(range(min(count // 2, len(answers))))
+    return sorted(set(first + tricky[: count - len(first)]))
+
+
+def _rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
+    questions, answers = _column(dataset, "question"), _column(dataset, "answer")
+    return [{"question": questions[i], "answer": answers[i]} for i in indices]
+
+
+def answer_cases(dataset: Any) -> list[Case]:
+    """Real GSM8K answers from ``dataset`` plus the edge cases a parser must get right or refuse."""
+    indices = real_row_indices(dataset)
+    real = [
+        Case(f"row {i} ({_short(row['answer'])})", (row["answer"],))
+        for i, row in zip(indices, _rows(dataset, indices), strict=True)
+    ]
+    return real + [Case(label, (text,)) for label, text in ANSWER_EDGE_CASES]
+
+
+def check_02_extract_hash_answer(learner: Any, dataset: Any) -> bool:
+    """The learner's ``extract_hash_answer`` against ``course_utils.data.extract_hash_answer``."""
+    hint = (
+        "exactly one '####' (else ValueError), drop ',' and '$', strip, refuse what is not a number "
+        "(ValueError) and a non-string (TypeError)"
+    )
+    return check_against_reference(
+        "02 extract_hash_answer", learner, extract_hash_answer, answer_cases(dataset), hint=hint
     )
 
 
-def check_01_zero_std_fraction(answer: Any) -> bool:
-    """frac_reward_zero_std for two groups of 4: rewards [2, 2, 2, 2] and [0, 2, 0, 0]."""
-    from course_utils.grpo import frac_reward_zero_std
+def question_cases(dataset: Any) -> list[Case]:
+    """Real GSM8K questions plus edge cases (padding, another system prompt, empty or missing question)."""
+    indices = real_row_indices(dataset, count=8)
+    real = [
+        Case(f"row {i} ({_short(row['question'])})", (row["question"],))
+        for i, row in zip(indices, _rows(dataset, indices), strict=True)
+    ]
+    return real + [Case(label, args) for label, args in QUESTION_EDGE_CASES]
 
-    expected = frac_reward_zero_std([2.0] * 4 + [0.0, 2.0, 0.0, 0.0], num_generations=4)
-    return report(
-        "01.2 frac_reward_zero_std",
-        close_to(answer, expected),
-        "the share of completions whose group has all-equal rewards",
-        answer,
+
+def check_02_build_prompt(learner: Any, dataset: Any) -> bool:
+    """The learner's ``build_prompt(question, system_prompt)`` against ``course_utils.data.build_prompt``."""
+    hint = (
+        "[{'role': 'system', 'content': system_prompt}, {'role': 'user', 'content': question.strip()}]; "
+        "ValueError for an empty or non-string question"
+    )
+    return check_against_reference("02 build_prompt", learner, build_prompt, question_cases(dataset), hint=hint)
+
+
+def _grpo_columns(row: dict[str, Any]) -> dict[str, Any]:
+    """What ``GRPOTrainer`` reads from a formatted row: the reference for the learner's map function."""
+    formatted = format_row(row)
+    return {"prompt": formatted["prompt"], "answer": formatted["answer"]}
+
+
+def _same_grpo_columns(expected: dict[str, Any], got: Any) -> bool:
+    return isinstance(got, Mapping) and same_values(expected, {key: got.get(key) for key in expected})
+
+
+def row_cases(dataset: Any) -> list[Case]:
+    """Real raw rows plus rows a map function must transform right or refuse."""
+    indices = real_row_indices(dataset, count=12)
+    real = [Case(f"row {i}", (row,)) for i, row in zip(indices, _rows(dataset, indices), strict=True)]
+    return real + [Case(label, (row,)) for label, row in ROW_EDGE_CASES]
+
+
+def _first_differing_row(mapped: Any, expected: Any) -> str | None:
+    if len(mapped) != len(expected):
+        return f"it has {len(mapped)} rows, the raw data {len(expected)}: map must keep every row"
+    missing = {"prompt", "answer"} - set(getattr(mapped, "column_names", []))
+    if missing:
+        return f"its columns lack {sorted(missing)}; it has {getattr(mapped, 'column_names', None)}"
+    for column in ("prompt", "answer"):
+        for index, (got, want) in enumerate(zip(mapped[column], expected[column], strict=True)):
+            if not same_values(want, got):
+                return f"row {index}, column {column!r}: the reference has {_short(want, 60)}, yours {_short(got, 60)}"
+    return None
+
+
+def check_02_mapping(learner: Any, mapped: Any, dataset: Any) -> bool:
+    """The learner's row function (for ``Dataset.map``) and the dataset it made, against ``format_gsm8k``."""
+    hint = "return {'prompt': build_prompt(row['question']), 'answer': extract_hash_answer(row['answer'])}"
+    if not check_against_reference(
+        "02 map function", learner, _grpo_columns, row_cases(dataset), hint=hint, same=_same_grpo_columns
+    ):
+        return False
+    if is_unanswered(mapped):
+        return report("02 mapped dataset", False, "pass the dataset that dataset.map(your_function) returned", mapped)
+    problem = _first_differing_row(mapped, format_gsm8k(dataset))
+    if problem:
+        print(f"❌ 02 mapped dataset: {problem}.")
+        return False
+    print(f"✅ 02 mapped dataset: all {len(mapped)} rows have the reference's prompt and answer.")
+    return True
+
+
+def split_solution_reference(text: str) -> tuple[str, str]:
+    """Exercise 02.4's reference: the worked reasoning and the gold answer of one GSM8K solution."""
+    return extract_reasoning(text), extract_hash_answer(text)
+
+
+def check_02_split_solution(learner: Any, dataset: Any) -> bool:
+    """Exercise: ``split_solution(text) -> (reasoning, answer)``, checked like ``extract_hash_answer``."""
+    hint = "reasoning: the text before '####', stripped; answer: your extract_hash_answer (errors included)"
+    return check_against_reference(
+        "02.4 split_solution", learner, split_solution_reference, answer_cases(dataset), hint=hint
     )
 
 

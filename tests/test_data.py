@@ -223,6 +223,22 @@ def test_format_gsm8k_columns_and_content():
     assert "####" not in ds[0]["reasoning"] and ds[0]["reasoning"].startswith("2*3")
 
 
+def test_format_row_is_what_format_gsm8k_maps():
+    row = {"question": "  How much?  ", "answer": "5 * 240 = 1200\n#### $1,200"}
+    assert data.format_row(row) == {
+        "prompt": build_prompt("How much?"),
+        "answer": "1200",
+        "question": "How much?",
+        "reasoning": "5 * 240 = 1200",
+    }
+    assert data.format_row(row, "Answer briefly.")["prompt"][0] == {"role": "system", "content": "Answer briefly."}
+    assert [data.format_row(row)] == format_gsm8k([row]).to_list()
+    with pytest.raises(ValueError, match="missing or empty question"):
+        data.format_row({"question": " ", "answer": "#### 7"})
+    with pytest.raises(ValueError, match="no '####' marker"):
+        data.format_row({"question": "Q?", "answer": "7"})
+
+
 # --- load_gsm8k sources ---------------------------------------------------------------------------
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
+import torch
 
 from course_utils import exercises
+from course_utils.data import SYSTEM_PROMPT
 from course_utils.profiles import get_profile
 
 
@@ -62,3 +65,239 @@ def test_precision_rule_accepts_a_right_rule_and_names_a_wrong_ones_cases(capsys
     assert not exercises.check_99_precision_rule(crashes)
     assert not exercises.check_99_precision_rule(lambda capability, flags: ...)
     assert "not answered" in capsys.readouterr().out
+
+
+def test_value_checks_of_01_03_06_accept_the_right_answers():
+    assert exercises.check_01_first_advantage(1.5) and not exercises.check_01_first_advantage(0.75)
+    assert exercises.check_01_zero_std_fraction(0.5) and not exercises.check_01_zero_std_fraction(0.25)
+    assert exercises.check_03_classic_comma(0.0) and not exercises.check_03_classic_comma(2.0)
+    assert exercises.check_03_dotall_flag("re.DOTALL") and exercises.check_03_dotall_flag("S")
+    assert not exercises.check_03_dotall_flag("MULTILINE")
+    assert exercises.check_06_batch_size(2) and not exercises.check_06_batch_size(1)
+    assert exercises.check_06_kl_switch("beta") and not exercises.check_06_kl_switch("kl_coef")
+
+
+def test_biggest_memory_saving_names_one_fix():
+    from course_utils.memory import OOM_FIXES
+
+    accepted = [
+        label for label in OOM_FIXES if not label.startswith("all") and exercises.check_06_biggest_saving(label)
+    ]
+    assert len(accepted) == 1
+
+
+# --- comparing a learner's function with the reference ------------------------------------------------
+
+
+def _parse_int(text):
+    if not isinstance(text, str):
+        raise TypeError("text must be a string")
+    return int(text)
+
+
+INT_CASES = [
+    exercises.Case("plain", ("12",)),
+    exercises.Case("negative", ("-3",)),
+    exercises.Case("a word", ("seven",)),
+    exercises.Case("not a string", (None,)),
+]
+
+
+def test_agreeing_functions_have_no_differences():
+    assert exercises.compare_with_reference(lambda t: _parse_int(t), _parse_int, INT_CASES) == []
+
+
+def test_a_wrong_value_is_reported_with_both_outcomes():
+    differences = exercises.compare_with_reference(lambda t: abs(_parse_int(t)), _parse_int, INT_CASES)
+    assert [str(d) for d in differences] == ["negative: the reference returns -3, yours returns 3"]
+
+
+def test_raising_where_the_reference_returns_and_the_reverse_are_differences():
+    def learner(text):
+        if text == "12":
+            raise KeyError("oops")
+        return 0
+
+    labels = {d.label: d for d in exercises.compare_with_reference(learner, _parse_int, INT_CASES)}
+    assert set(labels) == {"plain", "negative", "a word", "not a string"}
+    assert labels["plain"].yours == "raises KeyError: 'oops'"
+    assert labels["a word"].reference.startswith("raises ValueError") and labels["a word"].yours == "returns 0"
+
+
+def test_refusing_with_another_kind_of_error_is_a_difference():
+    def learner(text):
+        if text is None:
+            raise ValueError("no text")
+        return int(text)
+
+    differences = exercises.compare_with_reference(learner, _parse_int, INT_CASES)
+    assert [d.label for d in differences] == ["not a string"]
+
+
+def test_a_subclass_of_a_builtin_error_is_matched_by_the_builtin():
+    from course_utils.data import GSM8KFormatError
+
+    def reference(text):
+        raise GSM8KFormatError("bad")
+
+    def learner(text):
+        raise ValueError("also bad")
+
+    assert exercises.compare_with_reference(learner, reference, INT_CASES[:1]) == []
+
+
+def test_reference_args_give_the_reference_its_own_form_of_the_case():
+    case = exercises.Case("sum", ((1, 2, 3),), reference_args=(1, 2, 3))
+    assert exercises.compare_with_reference(sum, lambda *numbers: sum(numbers), [case]) == []
+    assert exercises.compare_with_reference(len, lambda *numbers: sum(numbers), [case]) != []
+
+
+def test_differences_inside_containers_name_the_place():
+    (difference,) = exercises.compare_with_reference(
+        lambda: {"prompt": [{"role": "user"}], "answer": "1,080"},
+        lambda: {"prompt": [{"role": "user"}], "answer": "1080"},
+        [exercises.Case("row 3", ())],
+    )
+    assert difference.label == "row 3, at ['answer']"
+    assert (difference.reference, difference.yours) == ("returns '1080'", "returns '1,080'")
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "same"),
+    [
+        (torch.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-7], True),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), False),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0]), False),
+        (torch.tensor([1.0]), "one", False),
+        (0.5, 0.5000001, True),
+        (0.5, True, False),
+        ("72", 72, False),
+        ((1, "a"), [1, "a"], True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+    ],
+)
+def test_same_values(expected, got, same):
+    assert exercises.same_values(expected, got) is same
+
+
+def test_check_against_reference_prints_the_verdict(capsys):
+    assert exercises.check_against_reference("x", _parse_int, _parse_int, INT_CASES, hint="h")
+    assert "same result as the reference on all 4 cases" in capsys.readouterr().out
+    assert not exercises.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
+    out = capsys.readouterr().out
+    assert "differs from the reference on 4 of 4 cases" in out and "... and 3 more" in out and "use int()" in out
+    assert not exercises.check_against_reference("x", None, _parse_int, INT_CASES, hint="h")
+    assert "not answered" in capsys.readouterr().out
+    assert not exercises.check_against_reference("x", "int", _parse_int, INT_CASES, hint="h")
+
+
+# --- 01: the learner's advantages and losses against the installed TRL ----------------------------------
+
+
+def learner_advantages(rewards, num_generations):
+    grouped = torch.tensor(rewards).view(-1, num_generations)
+    return ((grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std(dim=1, keepdim=True) + 1e-4)).flatten()
+
+
+def population_std_advantages(rewards, num_generations):
+    grouped = torch.tensor(rewards).view(-1, num_generations)
+    std = grouped.std(dim=1, keepdim=True, unbiased=False)
+    return ((grouped - grouped.mean(dim=1, keepdim=True)) / (std + 1e-4)).flatten()
+
+
+def per_token_loss(logps, old_logps, advantages, mask, epsilon=0.2):
+    ratio = torch.exp(logps - old_logps)
+    a = advantages.unsqueeze(1)
+    return -torch.min(ratio * a, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * a) * mask
+
+
+def token_mean_loss(logps, old_logps, advantages, mask):
+    return per_token_loss(logps, old_logps, advantages, mask).sum() / mask.sum()
+
+
+def sequence_mean_loss(logps, old_logps, advantages, mask):
+    return (per_token_loss(logps, old_logps, advantages, mask).sum(dim=1) / mask.sum(dim=1)).mean()
+
+
+def test_check_01_advantages():
+    assert exercises.check_01_advantages(learner_advantages)
+    assert not exercises.check_01_advantages(population_std_advantages)
+    assert not exercises.check_01_advantages(lambda rewards, n: torch.tensor(rewards))
+
+
+def test_check_01_losses():
+    assert exercises.check_01_policy_loss(token_mean_loss)
+    assert not exercises.check_01_policy_loss(sequence_mean_loss)
+    assert not exercises.check_01_policy_loss(lambda logps, old, adv, mask: (logps - old).mean())
+    assert exercises.check_01_sequence_mean_loss(sequence_mean_loss)
+    assert not exercises.check_01_sequence_mean_loss(token_mean_loss)
+
+
+# --- 02: the learner's parser, prompt and mapping against course_utils.data ---------------------------
+
+
+def learner_extract(text):
+    if not isinstance(text, str):
+        raise TypeError("text must be a string")
+    if text.count("####") != 1:
+        raise ValueError("expected exactly one '####'")
+    answer = text.split("####")[1].replace(",", "").replace("$", "").strip()
+    if not re.fullmatch(r"-?\d+(\.\d+)?", answer):
+        raise ValueError(f"{answer!r} is not a number")
+    return answer
+
+
+def learner_prompt(question, system_prompt=SYSTEM_PROMPT):
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question.strip()}]
+
+
+def learner_row(row):
+    return {"prompt": learner_prompt(row["question"]), "answer": learner_extract(row["answer"])}
+
+
+@pytest.fixture(scope="module")
+def gsm8k_train(gsm8k_dir):
+    from course_utils.data import load_gsm8k
+
+    return load_gsm8k("train", folder=gsm8k_dir, verbose=False)
+
+
+def test_case_banks_hold_real_rows_and_edge_cases(gsm8k_train):
+    cases = exercises.answer_cases(gsm8k_train)
+    real = [c for c in cases if c.label.startswith("row ")]
+    assert len(real) >= 20 and len(cases) == len(real) + len(exercises.ANSWER_EDGE_CASES)
+    assert any("," in c.args[0].rsplit("####", 1)[-1] for c in real)  # rows one-liners get wrong are included
+
+
+def test_check_02_extract_hash_answer(gsm8k_train, capsys):
+    assert exercises.check_02_extract_hash_answer(learner_extract, gsm8k_train)
+    assert not exercises.check_02_extract_hash_answer(lambda text: text.split("####")[1].strip(), gsm8k_train)
+    assert "the reference returns '1080', yours returns '1,080'" in capsys.readouterr().out
+    lenient = lambda text: learner_extract(text) if "####" in str(text) else ""  # noqa: E731
+    assert not exercises.check_02_extract_hash_answer(lenient, gsm8k_train)
+
+
+def test_check_02_build_prompt(gsm8k_train):
+    assert exercises.check_02_build_prompt(learner_prompt, gsm8k_train)
+    assert not exercises.check_02_build_prompt(lambda q, s=SYSTEM_PROMPT: learner_prompt(q, s)[::-1], gsm8k_train)
+    unstripped = lambda q, s=SYSTEM_PROMPT: [{"role": "system", "content": s}, {"role": "user", "content": q}]  # noqa: E731
+    assert not exercises.check_02_build_prompt(unstripped, gsm8k_train)
+
+
+def test_check_02_mapping(gsm8k_train):
+    mapped = gsm8k_train.map(learner_row)
+    assert exercises.check_02_mapping(learner_row, mapped, gsm8k_train)
+    assert not exercises.check_02_mapping(learner_row, mapped.select(range(10)), gsm8k_train)
+    assert not exercises.check_02_mapping(learner_row, None, gsm8k_train)
+    no_prompt = lambda row: {"answer": learner_extract(row["answer"])}  # noqa: E731
+    assert not exercises.check_02_mapping(no_prompt, mapped, gsm8k_train)
+
+
+def test_check_02_split_solution(gsm8k_train):
+    def split_solution(text):
+        return text.split("####")[0].strip(), learner_extract(text)
+
+    assert exercises.check_02_split_solution(split_solution, gsm8k_train)
+    assert not exercises.check_02_split_solution(lambda text: tuple(text.split("####")), gsm8k_train)

@@ -1,50 +1,31 @@
-"""Tests for course_utils.grpo, pinned to the installed TRL.
+"""Tests for course_utils.grpo, against the installed TRL's own code.
 
-Two kinds of pin:
-- fast tests reproduce TRL's exact tensor formulas (copied from trl/trainer/grpo_trainer.py,
-  ``_generate_and_score_completions`` and ``_compute_loss``) and use TRL's own ``nanstd``;
-- a slow test builds a real ``GRPOTrainer`` on the offline model and calls its ``_compute_loss`` on
-  inputs we choose, then compares loss and logged metrics with ``grpo_policy_loss``.
+``grpo.trl_trainer`` builds a real ``GRPOTrainer`` on a tiny random Qwen2 model; the tests let it compute
+advantages (``_generate_and_score_completions`` with rewards we choose) and the loss (``_compute_loss`` on
+batches we choose), and compare with the by-hand functions. A change in the installed TRL shows up here.
 """
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from course_utils.grpo import (
+    FixedRewards,
     clipped_objective,
     frac_reward_zero_std,
     group_advantages,
     grpo_policy_loss,
     k3_kl,
     nanstd,
+    trl_frac_reward_zero_std,
+    trl_group_advantages,
+    trl_loss_case,
+    trl_policy_loss,
+    trl_trainer,
 )
 
 trl_utils = pytest.importorskip("trl.trainer.utils")
-
-
-def trl_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str):
-    """TRL 1.16 ``_generate_and_score_completions``, ``sum_then_normalize`` branch, verbatim (one process)."""
-    nanstd_ = trl_utils.nanstd
-    mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
-    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
-    if scale_rewards in ["group", "none"]:
-        if num_generations > 1:
-            std_rewards = nanstd_(rewards.view(-1, num_generations), dim=1)
-            std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
-        else:
-            std_rewards = torch.zeros_like(rewards)
-    else:
-        std_rewards = nanstd_(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-    advantages = rewards - mean_grouped_rewards
-    if scale_rewards != "none":
-        advantages = advantages / (std_rewards + 1e-4)
-    is_std_zero = torch.isclose(std_rewards, torch.zeros_like(std_rewards))
-    return torch.nan_to_num(advantages, nan=0.0), is_std_zero.float().mean().item()
-
 
 REWARD_BATCHES = [
     [2.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0],  # second group all equal
@@ -57,10 +38,35 @@ REWARD_BATCHES = [
 @pytest.mark.parametrize("rewards", REWARD_BATCHES)
 @pytest.mark.parametrize("num_generations", [2, 4, 8])
 def test_advantages_match_trl(rewards, scale, num_generations):
-    tensor = torch.tensor(rewards)
-    expected, expected_zero = trl_advantages(tensor, num_generations, scale)
+    expected = trl_group_advantages(rewards, num_generations, scale)
     torch.testing.assert_close(group_advantages(rewards, num_generations, scale), expected)
+    expected_zero = trl_frac_reward_zero_std(rewards, num_generations, scale)
     assert frac_reward_zero_std(rewards, num_generations, scale) == pytest.approx(expected_zero)
+
+
+def test_trl_reference_sees_the_rewards_we_chose():
+    # a wrong formula must fail against it: the population std gives other advantages than TRL's sample std
+    rewards = [2.5, 0.5, 0.0, 2.5]
+    trl = trl_group_advantages(rewards, 4)
+    grouped = torch.tensor(rewards)
+    population = (grouped - grouped.mean()) / (grouped.std(unbiased=False) + 1e-4)
+    assert not torch.allclose(trl, population, atol=1e-3)
+    assert trl_frac_reward_zero_std([1.0] * 4 + rewards, 4) == 0.5
+
+
+def test_fixed_rewards_refuse_a_wrong_count():
+    rewards = FixedRewards()
+    rewards.values = [1.0, 2.0]
+    assert rewards(completions=["a", "b"]) == [1.0, 2.0]
+    with pytest.raises(ValueError, match="2 fixed rewards for 3 completions"):
+        rewards(completions=["a", "b", "c"])
+
+
+def test_trl_reference_bad_input():
+    with pytest.raises(ValueError, match="groups of num_generations=4"):
+        trl_group_advantages([1.0, 0.0, 0.0], 4)
+    with pytest.raises(ValueError, match="fill groups of num_generations=4"):
+        trl_loss_case(trl_trainer(4), lengths=(3, 2))
 
 
 def test_advantages_by_hand():
@@ -104,62 +110,58 @@ def test_nanstd_matches_trl_and_torch():
 # --- the loss ----------------------------------------------------------------------------------------------
 
 
-def trl_loss(logps, old, ref, adv, mask, beta, eps_low, eps_high, loss_type, max_len, use_bias_correction_kl=True):
-    """TRL 1.16 ``_compute_loss``, token-level IS, one process, no accumulation, verbatim tensor formulas."""
-    advantages = adv.unsqueeze(1)
-    coef_1 = torch.exp(logps - old)
-    per_token_kl = None
-    if beta != 0.0:
-        per_token_kl = torch.exp(ref - logps) - (ref - logps) - 1
-        if use_bias_correction_kl:
-            per_token_kl = per_token_kl * coef_1
-    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
-    per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages)
-    if beta != 0.0:
-        per_token_loss = per_token_loss + beta * per_token_kl
-    if loss_type == "grpo":
-        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if loss_type == "bnpo":
-        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
-    if loss_type == "dr_grpo":
-        return (per_token_loss * mask).sum() / (per_token_loss.size(0) * max_len)
-    normalizer = mask.sum().clamp(min=1.0)  # dapo: num_items_in_batch over one process, one step
-    return (per_token_loss * mask).sum() / normalizer
-
-
 def random_inputs(seed=0, batch=4, tokens=6):
     g = torch.Generator().manual_seed(seed)
     logps = -torch.rand(batch, tokens, generator=g) * 3
-    old = logps + torch.randn(batch, tokens, generator=g) * 0.3  # big enough that some tokens clip
-    ref = logps + torch.randn(batch, tokens, generator=g) * 0.2
+    old = logps + torch.randn(batch, tokens, generator=g) * 0.3
     adv = torch.randn(batch, generator=g)
     mask = torch.ones(batch, tokens)
     mask[0, 4:] = 0
-    mask[2, 2:] = 0
-    return logps, old, ref, adv, mask
+    return logps, old, adv, mask
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-@pytest.mark.parametrize("beta", [0.0, 0.04])
-@pytest.mark.parametrize("bias_correction", [True, False])
-def test_loss_matches_trl_formula(loss_type, beta, bias_correction):
-    logps, old, ref, adv, mask = random_inputs()
+LOSS_SETTINGS = [(loss_type, beta, True) for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo") for beta in (0.0, 0.04)]
+
+
+@pytest.mark.parametrize(("loss_type", "beta", "bias_correction"), [*LOSS_SETTINGS, ("dapo", 0.04, False)])
+def test_loss_matches_trl(loss_type, beta, bias_correction):
+    trainer = trl_trainer(
+        4,
+        loss_type=loss_type,
+        beta=beta,
+        epsilon_high=0.28,
+        use_bias_correction_kl=bias_correction,
+        max_completion_length=8,
+    )
+    case = trl_loss_case(trainer, lengths=(6, 3, 5, 2), seed=1, drift=0.3)
     ours = grpo_policy_loss(
-        logps,
-        old,
-        adv,
-        mask,
-        ref_per_token_logps=ref,
+        case.per_token_logps,
+        case.old_per_token_logps,
+        case.advantages,
+        case.completion_mask,
+        ref_per_token_logps=case.ref_per_token_logps,
         beta=beta,
         epsilon=0.2,
         epsilon_high=0.28,
         loss_type=loss_type,
-        max_completion_length=6,
+        max_completion_length=8,
         use_bias_correction_kl=bias_correction,
     )
-    expected = trl_loss(logps, old, ref, adv, mask, beta, 0.2, 0.28, loss_type, 6, bias_correction)
-    torch.testing.assert_close(ours.loss, expected)
-    assert 0.0 < ours.clip_fraction < 1.0  # the inputs exercise clipping
+    torch.testing.assert_close(ours.loss, trl_policy_loss(trainer, case))
+    assert 0.0 < ours.clip_fraction < 1.0  # the batch exercises clipping
+    metrics = trainer._metrics["train"]
+    assert metrics["clip_ratio/region_mean"][-1] == pytest.approx(ours.clip_fraction, abs=1e-6)
+    if beta:
+        kl_mean = ((ours.per_token_kl * case.completion_mask).sum() / case.completion_mask.sum()).item()
+        assert metrics["kl"][-1] == pytest.approx(kl_mean, rel=1e-5)
+
+
+def test_first_step_loss_is_zero_only_with_equal_lengths():
+    trainer = trl_trainer(4)
+    ragged = trl_loss_case(trainer, lengths=(6, 3, 5, 2), seed=0, drift=0.0)
+    equal = trl_loss_case(trainer, lengths=(4, 4, 4, 4), seed=0, drift=0.0)
+    assert abs(trl_policy_loss(trainer, equal).item()) < 1e-6
+    assert abs(trl_policy_loss(trainer, ragged).item()) > 1e-3
 
 
 def test_logged_loss_starts_at_zero_but_the_gradient_does_not():
@@ -195,7 +197,7 @@ def test_clipped_objective_is_flat_outside_the_trust_region():
 
 
 def test_loss_bad_input():
-    logps, old, _ref, adv, mask = random_inputs()
+    logps, old, adv, mask = random_inputs()
     with pytest.raises(ValueError, match="ref_per_token_logps"):
         grpo_policy_loss(logps, old, adv, mask, beta=0.1)
     with pytest.raises(ValueError, match="loss_type"):
@@ -204,81 +206,3 @@ def test_loss_bad_input():
         grpo_policy_loss(logps, old, adv, mask[:, :3])
     with pytest.raises(ValueError, match="max_completion_length"):
         grpo_policy_loss(logps, old, adv, mask, loss_type="dr_grpo")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
-def test_loss_matches_a_real_grpo_trainer(tmp_path, loss_type):
-    """Calls TRL's own ``GRPOTrainer._compute_loss`` (offline SmolLM2, CPU) on chosen logps and advantages."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    from course_utils.models import load_model_and_tokenizer
-    from course_utils.rewards import correctness_reward_func
-
-    model, tokenizer = load_model_and_tokenizer("ci")
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        beta=0.04,
-        num_generations=2,
-        per_device_train_batch_size=2,
-        max_completion_length=8,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type=loss_type,
-    )
-    dataset = Dataset.from_list([{"prompt": "What is 1+1?", "answer": "2"}] * 2)
-    trainer = GRPOTrainer(
-        model=model,
-        processing_class=tokenizer,
-        reward_funcs=[correctness_reward_func],
-        args=config,
-        train_dataset=dataset,
-    )
-    g = torch.Generator().manual_seed(1)
-    prompt_ids, completion_ids = (
-        torch.randint(0, 1000, (2, 3), generator=g),
-        torch.randint(0, 1000, (2, 4), generator=g),
-    )
-    prompt_mask, mask = torch.ones(2, 3, dtype=torch.long), torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
-    with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, mask], 1), 4
-        )
-    old = logps + torch.randn(2, 4, generator=g) * 0.3
-    ref = logps + torch.randn(2, 4, generator=g) * 0.3
-    advantages = group_advantages([2.0, 0.0], num_generations=2)
-    inputs = {
-        "prompt_ids": prompt_ids,
-        "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids,
-        "completion_mask": mask,
-        "advantages": advantages,
-        "old_per_token_logps": old,
-        "ref_per_token_logps": ref,
-        "num_items_in_batch": mask.sum(),
-    }
-    model.train()
-    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's training loop; one micro-batch here
-    trl_value = trainer._compute_loss(model, inputs)
-
-    ours = grpo_policy_loss(
-        logps,
-        old,
-        advantages,
-        mask,
-        ref_per_token_logps=ref,
-        beta=0.04,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type=loss_type,
-    )
-    assert trl_value.item() == pytest.approx(ours.loss.item(), rel=1e-5, abs=1e-7)
-    metrics = trainer._metrics["train"]
-    kl_mean = ((ours.per_token_kl * mask).sum() / mask.sum()).item()
-    assert metrics["kl"][-1] == pytest.approx(kl_mean, rel=1e-5)
-    assert metrics["clip_ratio/region_mean"][-1] == pytest.approx(ours.clip_fraction, abs=1e-6)
-    assert math.isfinite(trl_value.item())

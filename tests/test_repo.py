@@ -155,3 +155,26 @@ def test_ruff_is_clean_on_package_tests_and_notebooks():
         text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+# Notebooks whose lesson code the learner writes in cells, with the functions each must define and check.
+LESSON_CODE = {
+    "01_grpo_concepts": {"advantages": "check_01_advantages", "policy_loss": "check_01_policy_loss"},
+    "02_gsm8k_data": {
+        "extract_hash_answer": "check_02_extract_hash_answer",
+        "build_prompt": "check_02_build_prompt",
+        "to_grpo_row": "check_02_mapping",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(LESSON_CODE))
+def test_lesson_code_is_written_in_cells_and_checked(name):
+    notebook = load(REPO / "notebooks" / f"{name}.ipynb")
+    source = "\n".join(code_cells(notebook))
+    for function, check in LESSON_CODE[name].items():
+        assert re.search(rf"^def {function}\(", source, re.M), f"{name} does not define {function}"
+        assert re.search(rf"\b{check}\({function}\b", source), f"{name} does not run {check} on {function}"
+    assert "getsource" not in source, f"{name} prints source instead of teaching it"
+    long_cells = [len(text.split()) for text in markdown(notebook) if len(text.split()) > 250]
+    assert not long_cells, f"{name} has markdown cells of {long_cells} words (at most 250)"
