@@ -149,14 +149,13 @@ def _load_offline(profile: Profile) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = materialize_offline_model()  # checks the cached weights first and rebuilds them when damaged
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_torch_dtype(profile.dtype))
+    model = AutoModelForCausalLM.from_pretrained(folder, **_loading_kwargs(profile))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model, tokenizer
 
 
-def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _loading_kwargs(profile: Profile) -> dict[str, Any]:
+    """``from_pretrained`` arguments for the profile: dtype, 4-bit NF4 (bitsandbytes) and the GPU placement."""
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(profile.dtype)}
     if profile.load_in_4bit:
         from transformers import BitsAndBytesConfig
@@ -169,6 +168,13 @@ def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
         )
     if profile.device == "cuda":
         kwargs["device_map"] = {"": 0}
+    return kwargs
+
+
+def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = _loading_kwargs(profile)
     try:
         tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
         model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)

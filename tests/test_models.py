@@ -113,3 +113,14 @@ def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
     assert not copy.with_name(copy.name + ".partial").exists()
     assert generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], max_new_tokens=4)
 
+
+
+def test_loading_arguments_follow_the_profile_offline_and_on_the_hub():
+    """The offline model loads as the Hub one does: 4-bit NF4 and GPU placement when a profile asks for them."""
+    cpu = models._loading_kwargs(models.get_profile("ci"))
+    assert cpu == {"dtype": torch.float32}
+    t4 = models._loading_kwargs(models.get_profile("colab-t4"))
+    assert t4["dtype"] == torch.float16 and t4["device_map"] == {"": 0}
+    quantization = t4["quantization_config"]
+    assert quantization.load_in_4bit and quantization.bnb_4bit_quant_type == "nf4"
+    assert quantization.bnb_4bit_compute_dtype == torch.float16
