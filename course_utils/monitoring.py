@@ -6,6 +6,7 @@
 - ``training_logs`` / ``log_history_frame`` / ``reward_columns``: the GRPO entries, as dicts or a DataFrame;
 - ``LiveDashboard``: a ``TrainerCallback`` that redraws the curves at every log (notebook 04);
 - ``save_run_artifacts`` / ``load_log_history``: ``log_history.csv`` and ``dashboard.png``, and back;
+- ``compare_runs``: one metric of several saved runs, side by side (TensorBoard does it live with ``report_to``);
 - ``monitor`` / ``describe_findings``: the monitoring rules as code, each finding with what to do;
 - ``reward_fifths``: the lab's "did it learn" numbers (first fifth of the steps against the last).
 """
@@ -123,6 +124,31 @@ def load_log_history(path: str | Path) -> list[dict[str, Any]]:
 
     frame = pd.read_csv(path)
     return [{k: v for k, v in row.items() if pd.notna(v)} for row in frame.to_dict("records")]
+
+
+def compare_runs(run_dirs: Sequence[str | Path], metric: str = "reward") -> Any:
+    """One metric of several saved runs as a DataFrame: one row per step, one column per run folder.
+
+    Each run folder needs the ``log_history.csv`` that ``save_run_artifacts`` writes (notebook 04 and
+    ``scripts/train_grpo.py`` both do). Runs trained with ``report_to="tensorboard"`` can also be compared live:
+    ``tensorboard --logdir outputs``.
+    """
+    import pandas as pd
+
+    if not run_dirs:
+        raise ValueError("compare_runs needs at least one run folder (each holding log_history.csv)")
+    folders = [Path(folder) for folder in run_dirs]
+    names = [folder.name for folder in folders]
+    columns = {}
+    for folder in folders:
+        path = folder / "log_history.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"No log_history.csv in {folder}: save the run with save_run_artifacts first")
+        frame = log_history_frame(load_log_history(path))
+        if metric not in frame.columns:
+            raise ValueError(f"Run {folder.name} logged no {metric!r}; its metrics: {sorted(frame.columns)}")
+        columns[folder.name if names.count(folder.name) == 1 else str(folder)] = frame[metric]
+    return pd.DataFrame(columns)
 
 
 # --- Monitoring rules -------------------------------------------------------------------------------

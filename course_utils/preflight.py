@@ -14,7 +14,8 @@ What it finds (``Finding.code``):
 - ``completion-too-short``: ``max_completion_length`` below the 90th percentile of the reference solutions'
   token lengths (needs ``dataset`` and a tokenizer), so most answers would be cut off before the answer tag;
 - ``kl-not-logged``: ``beta`` is 0, so TRL builds no reference model and logs no ``kl``;
-- ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.memory`` against the hardware.
+- ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.memory`` against the hardware;
+- ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from course_utils.hardware import cpu_supports_bf16
 from course_utils.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
+from course_utils.profiles import Profile, get_profile
 
 SEVERITIES = ("error", "warning", "info")
 COMPLETION_PERCENTILE = 90
@@ -90,6 +92,7 @@ KNOWN_HARDWARE: dict[str, Hardware] = {
     "A100": _gpu("NVIDIA A100-SXM4-40GB", "A100-40GB", bf16=True),
     "A100-80GB": _gpu("NVIDIA A100-SXM4-80GB", "A100-80GB", bf16=True),
     "A800": _gpu("NVIDIA A800-SXM4-80GB", "A800-80GB", bf16=True),
+    "H100": _gpu("NVIDIA H100 80GB HBM3", "H100-80GB", bf16=True),
 }
 
 
@@ -379,6 +382,45 @@ def _model_settings(model: Any, values: dict[str, Any], hardware: Hardware) -> d
     return settings
 
 
+VLLM_INSTALL = 'pip install ".[vllm]"  (in the course folder; GPU machines only)'
+
+
+def _check_vllm(values: dict[str, Any], profile: Profile | None, hardware: Hardware) -> list[Finding]:
+    """vLLM asked for but missing: an error when the config uses it (TRL would stop), a warning for a profile."""
+    from course_utils.training import vllm_available
+
+    if vllm_available():
+        return []
+    if values.get("use_vllm"):
+        return [
+            Finding(
+                "error",
+                "vllm-missing",
+                "The config sets use_vllm=True, but the vllm package is not installed: TRL stops when it builds the "
+                "trainer.",
+                f"Install it with {VLLM_INSTALL}, or set use_vllm=False to generate with transformers.",
+            )
+        ]
+    if profile is not None and profile.use_vllm and hardware.device == "cuda":
+        return [
+            Finding(
+                "warning",
+                "vllm-missing",
+                f"Profile {profile.name!r} generates with vLLM (colocated), but the vllm package is not installed: "
+                "this run generates with transformers instead, several times slower.",
+                f"Install it with {VLLM_INSTALL}, then rebuild the config.",
+            )
+        ]
+    return []
+
+
+def _vllm_reservation(values: dict[str, Any], hardware: Hardware) -> float:
+    """GB a colocated vLLM takes on this GPU: ``vllm_gpu_memory_utilization`` of its memory."""
+    if not values.get("use_vllm") or values.get("vllm_mode", "colocate") != "colocate" or hardware.device != "cuda":
+        return 0.0
+    return float(values.get("vllm_gpu_memory_utilization") or 0.0) * hardware.total_memory_gb
+
+
 def _check_memory(
     values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool
 ) -> list[Finding]:
@@ -399,12 +441,13 @@ def _check_memory(
         gradient_checkpointing=bool(values.get("gradient_checkpointing")),
         beta=values.get("beta", 0.0),
         device=hardware.device,
+        vllm_reserved_gb=_vllm_reservation(values, hardware),
     )
     need, have = estimate.total_gb, hardware.available_memory_gb
     parts = (
         f"weights {estimate.weights_gb:.2f}, gradients {estimate.gradients_gb:.2f}, optimizer "
         f"{estimate.optimizer_gb:.2f}, activations {estimate.activations_gb:.2f}, log-softmax workspace "
-        f"{estimate.logprob_gb:.2f} GB"
+        f"{estimate.logprob_gb:.2f}" + (f", vLLM {estimate.vllm_gb:.2f}" if estimate.vllm_gb else "") + " GB"
     )
     fix = (
         "Lower per_device_train_batch_size and raise gradient_accumulation_steps (same completions per step), "
@@ -443,6 +486,7 @@ def check(
     tokenizer: Any = None,
     expect_kl: bool | None = None,
     prompt_tokens: int | None = None,
+    profile: Profile | str | None = None,
 ) -> list[Finding]:
     """Every finding about a planned GRPO run, errors first; an empty list means nothing was found.
 
@@ -450,7 +494,8 @@ def check(
     model id) for the memory estimate; a tokenizer passed here is used as the tokenizer. ``dataset``: the
     training set (``reasoning`` column) for the completion-length check, which needs a tokenizer.
     ``hardware``: a ``Hardware``, a dict of its fields, a known name (``"T4"``) or None for this machine.
-    ``expect_kl=True`` turns the missing-``kl`` remark into a warning.
+    ``expect_kl=True`` turns the missing-``kl`` remark into a warning. ``profile``: the profile the config came
+    from, whose wishes the config may not show (a profile asking for vLLM where it is not installed).
     """
     values = config_values(config)
     built = not isinstance(config, dict)
@@ -463,6 +508,7 @@ def check(
         *_check_completion_length(values, dataset, tokenizer),
         *_check_kl(values, expect_kl),
         *_check_memory(values, model, machine, prompt_tokens, built),
+        *_check_vllm(values, get_profile(profile) if profile is not None else None, machine),
     ]
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
 

@@ -115,6 +115,28 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+RUN_TRACKERS = {"tensorboard": "tensorboard", "trackio": "trackio"}  # report_to value: the package it needs
+
+
+def report_to_targets(profile: Profile | str | None = None) -> list[str]:
+    """``GRPOConfig(report_to=...)`` for the profile's ``report_to``: [] for "none", else the tracker, if installed.
+
+    Why a check: transformers only fails on a missing tracker when the trainer is built; here the learner
+    gets the install command at once.
+    """
+    import importlib.util
+
+    p = get_profile(profile)
+    if p.report_to == "none":
+        return []
+    if p.report_to not in RUN_TRACKERS:
+        raise ValueError(f"report_to={p.report_to!r} is not one of {['none', *RUN_TRACKERS]} (profile {p.name!r})")
+    package = RUN_TRACKERS[p.report_to]
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"report_to={p.report_to!r} needs the {package!r} package: pip install {package}")
+    return [p.report_to]
+
+
 def resolve_reward_weights(weights: Any = None) -> list[float]:
     """Reward weights in ``REWARD_FUNCS`` order; None means every reward at its natural size (all 1.0).
 
@@ -138,6 +160,8 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
     p = get_profile(profile)
     check_generation_batch(p.per_device_train_batch_size, p.gradient_accumulation_steps, p.num_generations)
     use_vllm = bool(p.use_vllm and p.device == "cuda" and vllm_available())
+    if p.use_vllm and p.device == "cuda" and not use_vllm:
+        print(f'Profile {p.name!r}: vLLM is not installed, generating with transformers (pip install ".[vllm]").')
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir or default_run_dir(p)),
         # Group size and batch: prompts per step = batch x accumulation / num_generations
@@ -145,6 +169,7 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
         "per_device_train_batch_size": p.per_device_train_batch_size,
         "gradient_accumulation_steps": p.gradient_accumulation_steps,
         "max_completion_length": p.max_completion_length,
+        "mask_truncated_completions": p.mask_truncated_completions,
         "temperature": p.temperature,
         # Optimisation
         "learning_rate": p.learning_rate,
@@ -165,11 +190,12 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
         "save_strategy": "steps",
         "save_steps": p.save_steps,
         "save_total_limit": 2,
-        "report_to": [],
+        "report_to": report_to_targets(p),
         "seed": 42,
     }
     if use_vllm:
         kwargs["vllm_mode"] = "colocate"  # vLLM shares the training GPU: no second server to start
+        kwargs["vllm_gpu_memory_utilization"] = p.vllm_gpu_memory_utilization
     return kwargs
 
 
@@ -198,6 +224,7 @@ CONFIG_FIELD_NOTES: dict[str, str] = {
     "gradient_accumulation_steps": "passes per optimizer step; effective batch = batch x accumulation",
     "generation_batch_size": "completions generated together; must be a multiple of num_generations",
     "max_completion_length": "new tokens per completion; longer ones are cut (see the clipped ratio)",
+    "mask_truncated_completions": "cut completions leave the loss instead of counting as reward 0",
     "temperature": "sampling temperature: diversity inside a group is what GRPO learns from",
     "learning_rate": "step size; too high and the KL / completion length jump",
     "lr_scheduler_type": "how the learning rate changes over the run",
@@ -209,6 +236,7 @@ CONFIG_FIELD_NOTES: dict[str, str] = {
     "bf16": "bfloat16 mixed precision (Ampere+ GPUs, modern CPUs)",
     "fp16": "float16 mixed precision (T4 and older GPUs)",
     "use_vllm": "generate with vLLM (much faster on a GPU)",
+    "report_to": "where TRL also logs the run (TensorBoard event files, to compare runs)",
     "logging_steps": "how often metrics are logged (and the dashboard redraws)",
     "save_steps": "how often a checkpoint is written (resume from the last one)",
 }

@@ -9,6 +9,7 @@ import torch
 from course_utils.hardware import PRECISION_ENV_VAR
 from course_utils.memory import (
     GB,
+    GPU_MEMORY_GB,
     QWEN25_05B,
     ModelSpec,
     estimate_for_profile,
@@ -240,3 +241,25 @@ def test_profile_estimate_uses_the_prompt_cap():
     assert cap is not None
     assert capped.total_gb == pytest.approx(estimate_for_profile("cpu", prompt_tokens=cap).total_gb)
     assert capped.total_gb < estimate_for_profile("cpu", prompt_tokens=200).total_gb
+
+
+def test_memory_table_has_the_gpu_profile_on_a100_and_h100_with_vllm():
+    table = memory_table().set_index(["hardware", "setup"])
+    rows = table[table.index.get_level_values("setup").str.contains("vLLM colocated")]
+    assert set(rows.index.get_level_values("hardware")) == {"A100-40GB", "H100-80GB"}
+    gpu = get_profile("gpu")
+    for (hardware, _), row in rows.iterrows():
+        assert row.vllm_gb == pytest.approx(gpu.vllm_gpu_memory_utilization * GPU_MEMORY_GB[hardware], abs=0.01)
+        assert row.kv_cache_gb == 0, "vLLM generates in its own reservation"
+        assert row.fits
+    assert table.loc[("T4", "colab-t4 profile: 4-bit + LoRA, fp16, checkpointing")].fits
+
+
+def test_vllm_reservation_needs_a_gpu_size_and_a_vllm_profile():
+    from course_utils.memory import vllm_reservation_gb
+
+    assert vllm_reservation_gb("gpu", None) == 0.0
+    assert vllm_reservation_gb("colab-t4", 15.0) == 0.0
+    assert vllm_reservation_gb("gpu", 40.0) == pytest.approx(12.0)
+    with pytest.raises(ValueError, match="vllm_reserved_gb must be a number >= 0"):
+        estimate_memory(QWEN25_05B, vllm_reserved_gb=-1.0)

@@ -70,3 +70,57 @@ def test_hub_profile_offline_gives_a_clear_message(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailableError, match="COURSE_PROFILE=cpu"):
         load_model_and_tokenizer("colab-t4")
+
+
+def _damaged_copy_of_the_cache(tmp_path, monkeypatch):
+    """A private copy of the prepared cache (never the shared one) whose weights file is cut in half."""
+    import shutil
+
+    source = materialize_offline_model()
+    monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
+    copy = materialized_model_dir()
+    assert copy != source, "the test must not touch the shared cache"
+    shutil.copytree(source, copy)
+    weights = copy / "model.safetensors"
+    with weights.open("r+b") as handle:
+        handle.truncate(weights.stat().st_size // 2)
+    return copy
+
+
+def test_safetensors_problem_reads_the_header_without_loading(tmp_path):
+    whole = materialized_model_dir() / "model.safetensors"
+    assert models.safetensors_problem(whole) is None
+    assert models.safetensors_problem(tmp_path / "missing.safetensors") == "the file is missing"
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    assert "cannot be read" in models.safetensors_problem(garbage)
+    tiny = tmp_path / "tiny.safetensors"
+    tiny.write_bytes(b"\x01")
+    assert "cannot be read" in models.safetensors_problem(tiny)
+    header_only = tmp_path / "header_only.safetensors"
+    header_only.write_bytes(b"\xff" * 8)
+    assert "header claims" in models.safetensors_problem(header_only)
+
+
+@pytest.mark.slow  # rebuilds the cache from the GGUF file
+def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
+    copy = _damaged_copy_of_the_cache(tmp_path, monkeypatch)
+    assert "truncated" in models.cached_model_problem(copy)
+    model, tokenizer = load_model_and_tokenizer("ci")
+    said = capsys.readouterr().out
+    assert "damaged" in said and str(copy) in said and "Rebuilding" in said
+    assert models.cached_model_problem(copy) is None
+    assert not copy.with_name(copy.name + ".partial").exists()
+    assert generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], max_new_tokens=4)
+
+
+
+def test_loading_arguments_follow_the_profile_offline_and_on_the_hub():
+    """The offline model loads as the Hub one does: 4-bit NF4 and GPU placement when a profile asks for them."""
+    cpu = models._loading_kwargs(models.get_profile("ci"))
+    assert cpu == {"dtype": torch.float32}
+    t4 = models._loading_kwargs(models.get_profile("colab-t4"))
+    assert t4["dtype"] == torch.float16 and t4["device_map"] == {"": 0}
+    quantization = t4["quantization_config"]
+    assert quantization.load_in_4bit and quantization.bnb_4bit_quant_type == "nf4"
+    assert quantization.bnb_4bit_compute_dtype == torch.float16

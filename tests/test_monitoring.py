@@ -108,3 +108,35 @@ def test_exercise_checks_for_notebook_04(capsys):
     assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
     assert not exercises.check_04_prompts_per_step(None)
     assert "not answered yet" in capsys.readouterr().out
+
+
+def _saved_run(folder, rewards):
+    from course_utils.monitoring import save_run_artifacts
+
+    history = [{"step": i + 1, "reward": r, "reward_std": 0.5} for i, r in enumerate(rewards)]
+    save_run_artifacts([*history, {"train_runtime": 1.0}], folder)
+    return folder
+
+
+def test_compare_runs_lays_one_metric_of_each_run_side_by_side(tmp_path):
+    from course_utils.monitoring import compare_runs
+
+    first = _saved_run(tmp_path / "lr-1e-4", [0.1, 0.4, 0.9])
+    second = _saved_run(tmp_path / "lr-2e-4", [0.2, 0.8])
+    frame = compare_runs([first, second])
+    assert list(frame.columns) == ["lr-1e-4", "lr-2e-4"] and list(frame.index) == [1, 2, 3]
+    assert frame.loc[3, "lr-1e-4"] == 0.9 and frame["lr-2e-4"].isna().sum() == 1
+    same_name = _saved_run(tmp_path / "other" / "lr-1e-4", [0.0])
+    assert set(compare_runs([first, same_name]).columns) == {str(first), str(same_name)}
+
+
+def test_compare_runs_names_what_is_missing(tmp_path):
+    from course_utils.monitoring import compare_runs
+
+    run = _saved_run(tmp_path / "run", [0.1])
+    with pytest.raises(ValueError, match=r"logged no 'kl'.*reward_std"):
+        compare_runs([run], "kl")
+    with pytest.raises(FileNotFoundError, match=r"No log_history\.csv in .*empty"):
+        compare_runs([tmp_path / "empty"])
+    with pytest.raises(ValueError, match="at least one run folder"):
+        compare_runs([])

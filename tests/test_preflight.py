@@ -234,3 +234,46 @@ def test_display_helpers():
     with pytest.raises(PreflightError, match="batch-not-divisible"):
         raise_for_errors(findings)
     raise_for_errors([f for f in findings if f.severity != "error"])
+
+
+# --- vLLM --------------------------------------------------------------------------------------------
+
+
+def test_vllm_asked_for_in_the_config_but_not_installed_is_an_error():
+    from course_utils.training import vllm_available
+
+    if vllm_available():
+        pytest.skip("vllm is installed here")
+    config = {"per_device_train_batch_size": 8, "num_generations": 8, "use_vllm": True}
+    found = [f for f in check(config, hardware=A100) if f.code == "vllm-missing"]
+    assert [f.severity for f in found] == ["error"] and 'pip install ".[vllm]"' in found[0].fix
+
+
+def test_a_profile_that_wants_vllm_where_it_is_missing_gets_a_warning():
+    from course_utils.training import grpo_config_kwargs, vllm_available
+
+    if vllm_available():
+        pytest.skip("vllm is installed here")
+    values = grpo_config_kwargs("gpu")
+    values.pop("output_dir")
+    warned = [f for f in check(values, hardware=A100, profile="gpu") if f.code == "vllm-missing"]
+    assert [f.severity for f in warned] == ["warning"] and "several times slower" in warned[0].message
+    assert not [f for f in check(values, hardware=A100, profile="ci") if f.code == "vllm-missing"]
+    assert not [f for f in check(values, hardware="T4") if f.code == "vllm-missing"], "no profile, no wish"
+
+
+def test_colocated_vllm_counts_its_share_of_the_gpu():
+    from course_utils.memory import QWEN25_05B
+
+    config = {"per_device_train_batch_size": 8, "num_generations": 8, "fp16": True, "bf16": False}
+    t4 = KNOWN_HARDWARE["T4"]
+    assert not [f for f in check(config, model=QWEN25_05B, hardware=t4) if f.code.startswith("memory")]
+    greedy = {**config, "use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.95}
+    found = [f for f in check(greedy, model=QWEN25_05B, hardware=t4) if f.code == "memory-too-high"]
+    assert found and "vLLM 14.25" in found[0].message
+    served = {**greedy, "vllm_mode": "server"}
+    assert not [f for f in check(served, model=QWEN25_05B, hardware=t4) if f.code.startswith("memory")]
+
+
+def test_h100_is_a_known_bf16_gpu():
+    assert KNOWN_HARDWARE["H100"].bf16 and KNOWN_HARDWARE["H100"].total_memory_gb == pytest.approx(79.1)

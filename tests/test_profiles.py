@@ -83,3 +83,33 @@ def test_description_and_table_cover_every_profile():
     table = profiles_table()
     assert list(table.index) == list(PROFILES)
     assert (table["effective_batch_size"] % table["num_generations"] == 0).all()
+
+
+# --- The GPU profiles' settings, from evidence -------------------------------------------------------
+
+QWEN_GSM8K_MEDIAN_COMPLETION = 274  # tokens: Qwen2.5-0.5B-Instruct on GSM8K, measured in trl#6263
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_gpu_profiles_train_lora_at_about_ten_times_the_full_fine_tuning_rate(name):
+    from course_utils.training import GOLDEN_CONFIG
+
+    profile = get_profile(name)
+    assert profile.use_lora
+    assert 5 <= profile.learning_rate / GOLDEN_CONFIG["learning_rate"] <= 20
+    assert profile.learning_rate <= get_profile("cpu").learning_rate
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_gpu_profiles_leave_room_for_qwen_completions_and_mask_the_cut_ones(name):
+    profile = get_profile(name)
+    assert profile.max_completion_length >= 1.5 * QWEN_GSM8K_MEDIAN_COMPLETION
+    assert profile.mask_truncated_completions
+    assert profile.eval_max_new_tokens >= profile.max_completion_length
+
+
+def test_new_fields_default_to_the_old_behaviour():
+    for name in ("ci", "cpu"):
+        profile = get_profile(name)
+        assert profile.report_to == "none" and not profile.mask_truncated_completions
+    assert get_profile("gpu").use_vllm and 0 < get_profile("gpu").vllm_gpu_memory_utilization < 1

