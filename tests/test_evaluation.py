@@ -461,8 +461,8 @@ def test_paired_counts_stage_and_mcnemar_tables() -> None:
     golds = ["1", "2", "3", "4"]
     tagged = [f"<reasoning>\nr\n</reasoning>\n<answer>\n{g}\n</answer>" for g in golds]
     base = score_completions([f"It is {g}." for g in golds[:2]] + ["?", "?"], golds)  # right twice, no tags
-    warm = score_completions(tagged[:1] + ["?", "?", "?"], golds)  # formatted and right once
-    grpo = score_completions(tagged[:3] + ["<answer>\n0\n</answer>"], golds)
+    warm = score_completions([*tagged[:1], "?", "?", "?"], golds)  # formatted and right once
+    grpo = score_completions([*tagged[:3], "<answer>\n0\n</answer>"], golds)
     assert paired_counts(base, warm) == (0, 1)  # "It is 1." has no tags: not strictly right
     assert paired_counts(base, warm, key="lenient_correct") == (1, 0)  # but its last number is
     assert paired_counts(warm, grpo) == (0, 2)
