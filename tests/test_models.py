@@ -70,3 +70,14 @@ def test_hub_profile_offline_gives_a_clear_message(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailableError, match="COURSE_PROFILE=cpu"):
         load_model_and_tokenizer("colab-t4")
+
+
+def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
+    """What notebook 00 and the model description tell learners: the GGUF's linear weights are 4-bit Q4_1."""
+    from collections import Counter
+
+    import gguf
+
+    types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(models.gguf_path())).tensors)
+    assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in models.GGUF_FILENAME
+    assert "Q4_1" in models.model_source_description("ci")
