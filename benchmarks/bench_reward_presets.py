@@ -11,6 +11,7 @@ Prints ``name: value`` lines and writes everything (log histories, evaluations) 
   trained model on the profile's ``eval_size`` GSM8K test problems (greedy, ``eval_max_new_tokens``);
 - ``<preset>_seed<s>_reward_last_fifth``: mean total training reward over the last fifth of the steps,
   as a share of the preset's ``max_total_reward``;
+- ``reward_curves_png``: each reward's curve, one line per run (``outputs/bench/reward_presets.png``);
 - ``<preset>_..._spread``: max - min over the seeds; ``tuned_minus_initial_...``: difference of the seed means;
 - the first run (initial, first seed) trains in the profile's own run folder with every checkpoint kept, so
   notebook 05 can evaluate it (three models, and the checkpoints on validation problems) without retraining.
@@ -104,6 +105,35 @@ def reward_last_fifth(run: dict[str, Any]) -> float:
     return statistics.fmean(tail) / run["max_total_reward"]
 
 
+def plot_reward_curves(report: dict[str, Any], path: Path) -> Path:
+    """One panel per reward (its unweighted mean per step, as TRL logs it), one line per run; saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = report["reward_names"]
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(4 * (len(names) + 1), 3.2), sharex=True)
+    for run in report["runs"]:
+        label = f"{run['preset']} seed {run['seed']}"
+        style = "-" if run["preset"] == "initial" else "--"
+        logs = [h for h in run["log_history"] if "reward" in h]
+        steps = [h["step"] for h in logs]
+        for ax, name in zip(axes, names, strict=False):
+            ax.plot(steps, [h.get(f"rewards/{name}/mean") for h in logs], style, label=label)
+            ax.set_title(name.removesuffix("_reward_func"), fontsize=9)
+        axes[-1].plot(steps, [h["reward"] / run["max_total_reward"] for h in logs], style, label=label)
+    axes[-1].set_title("weighted total / its maximum", fontsize=9)
+    axes[-1].legend(fontsize=7)
+    for ax in axes:
+        ax.set_xlabel("step")
+    fig.suptitle(f"profile {report['profile']}, {report['cpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     profile = get_profile(os.environ.get("COURSE_PROFILE", "cpu"))
     seeds = [int(s) for s in os.environ.get("BENCH_SEEDS", "42,43").split(",")]
@@ -119,6 +149,7 @@ def main() -> None:
             runs.append(one_run(profile, preset, seed, run_dir, test, keep_checkpoints=first))
             report = {"profile": profile.name, "cpu": cpu_kind(), "reward_names": REWARD_NAMES, "runs": runs}
             out_path.write_text(json.dumps(report, indent=1, default=str))
+    print(f"reward_curves_png: {plot_reward_curves(report, out_path.with_suffix('.png'))}")
     print(f"cpu_kind: {cpu_kind()}")
     print(f"profile: {profile.name}")
     print(f"machine_load_average: {os.getloadavg()[0]:.2f}")
