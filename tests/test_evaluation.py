@@ -495,3 +495,25 @@ def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
     assert full["question"] == expected["question"][:30]
     fewer = validation_problems("ci", exclude=full["question"][:5], size=30)
     assert not set(full["question"][:5]) & set(fewer["question"])
+
+
+@pytest.mark.slow
+def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tmp_path) -> None:
+    """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
+    from peft import LoraConfig, get_peft_model
+
+    from course_utils.evaluation import checkpoint_curve, load_curve, load_warm_start_model, save_curve, warm_start_dir
+
+    model, _ = model_and_tokenizer
+    assert load_warm_start_model("ci", tmp_path) is None  # no warm start in this run
+    model.save_pretrained(warm_start_dir(tmp_path))
+    warm, tokenizer = load_warm_start_model("ci", tmp_path)
+    assert tokenizer.padding_side == "left" and not warm.training
+    adapter = get_peft_model(warm, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    adapter.save_pretrained(tmp_path / "checkpoint-5")  # LoRA starts as a no-op (B = 0)
+    subset = problems.select(range(2))
+    curve = checkpoint_curve("ci", tmp_path, subset, batch_size=2, max_new_tokens=8)
+    assert [p["step"] for p in curve] == [0, 5] and all(p["n"] == 2 for p in curve)
+    assert curve[0]["accuracy"] == curve[1]["accuracy"] and curve[0]["format_score"] == curve[1]["format_score"]
+    save_curve(curve, tmp_path)
+    assert load_curve(tmp_path) == curve and load_curve(tmp_path / "elsewhere") is None
