@@ -17,7 +17,9 @@ length so that each batch pads as little as possible (the original order is rest
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from numbers import Integral, Real
@@ -26,11 +28,19 @@ from statistics import NormalDist
 from typing import Any
 
 # The rates that get a confidence interval, in the order tables show them.
-RATE_METRICS = ("accuracy", "exact_match_accuracy", "format_score", "soft_format_score", "truncation_rate")
+RATE_METRICS = (
+    "accuracy",
+    "lenient_accuracy",
+    "exact_match_accuracy",
+    "format_score",
+    "soft_format_score",
+    "truncation_rate",
+)
 # The non-rate metrics ``compare_results`` also lists.
 OTHER_METRICS = ("mean_completion_tokens", "tokens_per_second", "problems_per_second")
 _RECORD_KEY = {  # which per-problem flag each rate counts
     "accuracy": "correct",
+    "lenient_accuracy": "lenient_correct",
     "exact_match_accuracy": "exact_match",
     "format_score": "formatted",
     "soft_format_score": "soft_formatted",
@@ -111,6 +121,29 @@ def _count_tokens(texts: list[str], tokenizer: Any) -> list[int | None]:
     return [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def last_number(text: str) -> str:
+    """The last number written anywhere in ``text`` (commas dropped), or ``""``: the lenient reading of an answer.
+
+    Why a lenient reading: strict accuracy needs the answer inside ``<answer>`` tags, so a model that learns the
+    tags gains strict accuracy without solving one more problem. The last number ignores the format, so strict and
+    lenient side by side separate a format gain from a maths gain.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string, got {type(text).__name__}")
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "").rstrip(".") if found else ""
+
+
+def _last_number_matches(text: str, gold: str) -> bool:
+    from course_utils.rewards import answers_match
+
+    number = last_number(text)
+    return bool(number) and bool(answers_match(number, gold))
+
+
 def _rate(records: list[dict[str, Any]], key: str) -> tuple[int, float]:
     successes = sum(bool(r[key]) for r in records)
     return successes, (successes / len(records) if records else math.nan)
@@ -138,7 +171,8 @@ def score_completions(
     Returns a dict with ``n``, the rates in ``RATE_METRICS`` with ``<rate>_ci`` (Wilson, ``confidence``) and
     ``<rate>_count``, ``mean_completion_tokens``, ``total_completion_tokens``, ``tokens_per_second``,
     ``problems_per_second``, ``elapsed_seconds``, ``confidence`` and ``records`` (one dict per problem: index,
-    question, gold, completion, extracted, correct, exact_match, formatted, soft_formatted, truncated, tokens).
+    question, gold, completion, extracted, correct, lenient_correct, exact_match, formatted, soft_formatted,
+    truncated, tokens).
     """
     from course_utils.rewards import answers_match, extract_xml_answer
 
@@ -169,6 +203,7 @@ def score_completions(
                 "completion": text,
                 "extracted": extracted,
                 "correct": bool(extracted) and bool(answers_match(extracted, gold_texts[i])),
+                "lenient_correct": _last_number_matches(text, gold_texts[i]),
                 "exact_match": extracted == gold_texts[i],
                 "formatted": strict[i],
                 "soft_formatted": soft[i],
@@ -619,3 +654,221 @@ def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
         return folder, True
     print(f"Training a short ci-sized run instead ({short.max_steps} GRPO steps); it only demonstrates the method.")
     return train_short_run(short), True
+
+
+# --- Paired comparison: the exact McNemar test ------------------------------------------------------
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(
+            f"{name} must be a whole number of problems (int), got {type(value).__name__} {value!r}; "
+            "count the problems only one of the two models solved"
+        )
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (a count of problems), got {value}")
+    return int(value)
+
+
+def mcnemar_exact(only_first_right: int, only_second_right: int) -> float:
+    """Two-sided exact McNemar p-value for two models scored on the same problems.
+
+    Only the problems where the models disagree carry information: ``only_first_right`` (first solved, second
+    did not) and ``only_second_right``. Under "the models are equally good", each disagreement goes either way
+    with probability 1/2, so the p-value is the two-sided exact binomial test of ``min(b, c)`` in ``b + c``
+    trials at p = 1/2. No disagreement (0, 0) gives 1.0: nothing suggests a difference.
+    """
+    b = _check_count("only_first_right", only_first_right)
+    c = _check_count("only_second_right", only_second_right)
+    n, k = b + c, min(b, c)
+    if n == 0 or b == c:
+        return 1.0
+    # P(X <= k) for X ~ Binomial(n, 1/2), summed in log space so that thousands of disagreements do not overflow
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2) for i in range(k + 1)]
+    top = max(logs)
+    tail = math.exp(top) * sum(math.exp(x - top) for x in logs)
+    return min(1.0, 2 * tail)
+
+
+def paired_counts(first: Mapping[str, Any], second: Mapping[str, Any], key: str = "correct") -> tuple[int, int]:
+    """``(only_first_right, only_second_right)`` for two results on the same problems, by record flag ``key``."""
+    _check_same_problems(first, second)
+    pairs = list(zip(first["records"], second["records"], strict=True))
+    return sum(a[key] and not b[key] for a, b in pairs), sum(b[key] and not a[key] for a, b in pairs)
+
+
+def stage_table(results: Mapping[str, Mapping[str, Any]]) -> Any:
+    """One row per model: strict and lenient accuracy, strict format rate, each with its Wilson interval.
+
+    Strict accuracy needs the answer inside the tags; lenient takes the last number in the text. A format gain
+    raises the first and not the second.
+    """
+    import pandas as pd
+
+    rows = {}
+    for name, result in results.items():
+        row: dict[str, Any] = {"n": result["n"]}
+        for metric in ("accuracy", "lenient_accuracy", "format_score"):
+            low, high = result[f"{metric}_ci"]
+            row[metric] = result[metric]
+            row[f"{metric} 95% CI"] = f"{low:.2f}-{high:.2f}"
+        rows[name] = row
+    return pd.DataFrame(rows).T
+
+
+def mcnemar_table(results: Mapping[str, Mapping[str, Any]], key: str = "correct") -> Any:
+    """Each consecutive pair of models (base -> warm start -> GRPO): who alone solved what, and McNemar's p."""
+    import pandas as pd
+
+    names = list(results)
+    rows = []
+    for first, second in itertools.pairwise(names):
+        b, c = paired_counts(results[first], results[second], key)
+        rows.append({"comparison": f"{first} -> {second}", "only first": b, "only second": c, "p": mcnemar_exact(b, c)})
+    return pd.DataFrame(rows).set_index("comparison")
+
+
+# --- Held-out problems: the test split and notebook 02's validation split -------------------------
+
+
+def test_problems(profile: Any = None) -> Any:
+    """The profile's ``eval_size`` first GSM8K test problems, formatted (never used for training or choices)."""
+    from course_utils.data import load_gsm8k
+    from course_utils.profiles import get_profile
+
+    return load_gsm8k("test", formatted=True, limit=get_profile(profile).eval_size)
+
+
+def validation_problems(profile: Any = None, exclude: Any = None, size: int | None = None) -> Any:
+    """Notebook 02's validation split (saved, else rebuilt with the same seed), minus questions in ``exclude``.
+
+    The split holds out a fifth of the *train* split; ``exclude`` (a dataset with ``question``, or questions)
+    removes any problem the run trained on, so the curve measures unseen problems. ``size`` defaults to the
+    profile's ``eval_size``.
+    """
+    from course_utils.data import load_gsm8k, load_splits, train_val_split
+    from course_utils.profiles import get_profile
+
+    p = get_profile(profile)
+    try:
+        validation = load_splits()["validation"]
+    except FileNotFoundError:
+        validation = train_val_split(load_gsm8k("train", formatted=True, verbose=False), 0.2, 42)["validation"]
+    if exclude is not None:
+        seen = set(exclude["question"] if hasattr(exclude, "column_names") else exclude)
+        validation = validation.filter(lambda row: row["question"] not in seen)
+    size = p.eval_size if size is None else size
+    return validation.select(range(min(size, len(validation))))
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-N`` in ``run_dir``, by step."""
+    found = []
+    for folder in Path(run_dir).glob("checkpoint-*"):
+        suffix = folder.name.split("-", 1)[1]
+        if suffix.isdigit() and folder.is_dir():
+            found.append((int(suffix), folder))
+    return sorted(found)
+
+
+def checkpoint_curve(
+    profile: Any,
+    run_dir: str | Path,
+    problems: Any,
+    *,
+    base: Any = None,
+    batch_size: int = 16,
+    max_new_tokens: int | None = None,
+) -> list[dict[str, Any]]:
+    """Accuracy and format rate of the starting model (step 0) and of every checkpoint of ``run_dir`` on ``problems``.
+
+    Each checkpoint holds the LoRA adapter at that step; it is loaded onto ``base`` (the model GRPO started from:
+    the warm-start cache of the run folder when there is one, else the profile's model) and merged. A falling
+    validation curve under a rising training reward is overfitting.
+    """
+    from peft import PeftModel
+
+    from course_utils.models import load_model_and_tokenizer
+    from course_utils.profiles import get_profile
+
+    p = get_profile(profile)
+    max_new_tokens = max_new_tokens or p.eval_max_new_tokens
+    base_model, tokenizer = load_model_and_tokenizer(p)
+    base_dir = Path(base) if base is not None else Path(run_dir) / "warm_start" / "model"
+    if (base_dir / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=base_model.dtype)
+    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
+    curve = [_curve_point(0, evaluate_model(base_model, tokenizer, problems, **settings))]
+    for step, folder in checkpoint_steps(run_dir):
+        if not (folder / "adapter_config.json").is_file():
+            continue
+        model = PeftModel.from_pretrained(base_model, folder).merge_and_unload()
+        curve.append(_curve_point(step, evaluate_model(model, tokenizer, problems, **settings)))
+        base_model = _fresh_base(p, base_dir)
+    return curve
+
+
+def _fresh_base(profile: Any, base_dir: Path) -> Any:
+    """The starting model again: merging an adapter changes the weights it was merged into."""
+    from course_utils.models import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(profile)
+    if (base_dir / "config.json").is_file():
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=model.dtype)
+    return model
+
+
+def _curve_point(step: int, result: Mapping[str, Any]) -> dict[str, Any]:
+    point: dict[str, Any] = {"step": step, "n": result["n"]}
+    for metric in ("accuracy", "lenient_accuracy", "format_score"):
+        point[metric] = result[metric]
+        point[f"{metric}_ci"] = list(result[f"{metric}_ci"])
+    return point
+
+
+# --- The three stages: base, warm start, GRPO ----------------------------------------------------------
+
+CURVE_FILENAME = "validation_curve.json"
+
+
+def warm_start_dir(run_dir: str | Path) -> Path:
+    """Where a run keeps the model its GRPO started from, when it had a warm start (``warm_start(cache=True)``)."""
+    return Path(run_dir) / "warm_start" / "model"
+
+
+def load_warm_start_model(profile: Any, run_dir: str | Path) -> tuple[Any, Any] | None:
+    """The warm-started model of a run and the profile's tokenizer (left padding), or None without a warm start.
+
+    Evaluated on its own, it tells what the supervised warm start did before GRPO changed anything, so the
+    GRPO model is compared with the model GRPO started from, not with the raw base model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from course_utils.models import load_model_and_tokenizer
+
+    folder = warm_start_dir(run_dir)
+    if not (folder / "config.json").is_file():
+        return None
+    base, tokenizer = load_model_and_tokenizer(profile)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=base.dtype).eval(), tokenizer
+
+
+def save_curve(curve: Sequence[Mapping[str, Any]], run_dir: str | Path) -> Path:
+    """Write a ``checkpoint_curve`` next to the run's log history, for notebook 06's overfitting plot."""
+    import json
+
+    path = Path(run_dir) / CURVE_FILENAME
+    path.write_text(json.dumps(list(curve), indent=1))
+    return path
+
+
+def load_curve(run_dir: str | Path) -> list[dict[str, Any]] | None:
+    """The curve ``save_curve`` wrote for ``run_dir``, or None when notebook 05 has not evaluated the run."""
+    import json
+
+    path = Path(run_dir) / CURVE_FILENAME
+    return json.loads(path.read_text()) if path.is_file() else None

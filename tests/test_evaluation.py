@@ -380,3 +380,140 @@ def test_exercise_checks(capsys) -> None:
     assert not check_05_problems_needed(100)
     assert check_05_checker_matters(["1,000", "$1000", "1000.0"])
     assert not check_05_checker_matters(["1000", "one thousand"]) and not check_05_checker_matters("1,000")
+
+
+# --- Strict versus lenient accuracy, McNemar, the stage table ---------------------------------------------------
+
+
+def test_lenient_accuracy_reads_the_last_number(scored: dict) -> None:
+    from course_utils.evaluation import last_number
+
+    assert last_number("so 3 boxes, 1,200 pencils.") == "1200"
+    assert last_number("I owe -4.5 dollars") == "-4.5"
+    assert last_number("no number here") == ""
+    with pytest.raises(TypeError, match="string"):
+        last_number(None)
+    lenient = score_completions(["The answer is 18.", "<answer>\n7\n</answer> then 18", "18 or 19"], ["18"] * 3)
+    assert [r["lenient_correct"] for r in lenient["records"]] == [True, True, False]
+    assert [r["correct"] for r in lenient["records"]] == [False, False, False]  # no answer inside the tags
+    assert lenient["lenient_accuracy"] == pytest.approx(2 / 3) and lenient["accuracy"] == 0.0
+    assert "lenient_accuracy_ci" in scored
+
+
+def _exact_two_sided(b: int, c: int) -> float:
+    """The reference: 2 x P(X <= min(b, c)), X ~ Binomial(b + c, 1/2), in exact integer arithmetic."""
+    n, k = b + c, min(b, c)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "expected"),
+    [
+        (0, 0, 1.0),  # no disagreement: no evidence of a difference
+        (3, 3, 1.0),
+        (0, 5, 0.0625),  # 2 / 2**5
+        (5, 0, 0.0625),
+        (1, 9, 0.021484375),  # binom.test(1, 10) in R: 0.02148
+        (0, 1, 1.0),
+        (2, 8, 0.109375),
+    ],
+)
+def test_mcnemar_exact_known_cases(b: int, c: int, expected: float) -> None:
+    from course_utils.evaluation import mcnemar_exact
+
+    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("b", "c"), [(7, 20), (40, 60), (480, 520), (1000, 1100), (4000, 4200)])
+def test_mcnemar_exact_matches_the_binomial_test_at_large_counts(b: int, c: int) -> None:
+    from course_utils.evaluation import mcnemar_exact
+
+    assert mcnemar_exact(b, c) == pytest.approx(_exact_two_sided(b, c), rel=1e-9)
+    assert mcnemar_exact(b, c) == mcnemar_exact(c, b)
+    # and the normal approximation agrees at large counts (continuity-corrected McNemar)
+    if b + c > 1000:
+        z = (abs(b - c) - 1) / math.sqrt(b + c)
+        assert mcnemar_exact(b, c) == pytest.approx(2 * (1 - NormalDist().cdf(z)), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((-1, 3), ValueError, "only_first_right must be >= 0"),
+        ((2, -5), ValueError, "only_second_right"),
+        ((1.5, 3), TypeError, "whole number"),
+        ((2, "3"), TypeError, "whole number"),
+        ((True, 3), TypeError, "int"),
+    ],
+)
+def test_mcnemar_exact_rejects_bad_counts(args: tuple, error: type, message: str) -> None:
+    from course_utils.evaluation import mcnemar_exact
+
+    with pytest.raises(error, match=message):
+        mcnemar_exact(*args)
+
+
+def test_paired_counts_stage_and_mcnemar_tables() -> None:
+    from course_utils.evaluation import mcnemar_table, paired_counts, stage_table
+
+    golds = ["1", "2", "3", "4"]
+    tagged = [f"<reasoning>\nr\n</reasoning>\n<answer>\n{g}\n</answer>" for g in golds]
+    base = score_completions([f"It is {g}." for g in golds[:2]] + ["?", "?"], golds)  # right twice, no tags
+    warm = score_completions([*tagged[:1], "?", "?", "?"], golds)  # formatted and right once
+    grpo = score_completions([*tagged[:3], "<answer>\n0\n</answer>"], golds)
+    assert paired_counts(base, warm) == (0, 1)  # "It is 1." has no tags: not strictly right
+    assert paired_counts(base, warm, key="lenient_correct") == (1, 0)  # but its last number is
+    assert paired_counts(warm, grpo) == (0, 2)
+    table = stage_table({"base": base, "warm start": warm, "GRPO": grpo})
+    assert table.loc["base", "accuracy"] == 0.0 and table.loc["base", "lenient_accuracy"] == 0.5
+    assert table.loc["GRPO", "format_score"] == 0.75  # the last one has no reasoning block
+    assert list(table.index) == ["base", "warm start", "GRPO"]
+    tests = mcnemar_table({"base": base, "warm start": warm, "GRPO": grpo})
+    assert list(tests["only second"]) == [1, 2] and tests["p"].between(0, 1).all()
+    with pytest.raises(ValueError):
+        paired_counts(base, score_completions(["1"], ["1"]))
+
+
+def test_checkpoint_steps_sorted_by_step(tmp_path) -> None:
+    from course_utils.evaluation import checkpoint_steps
+
+    for name in ("checkpoint-10", "checkpoint-2", "checkpoint-x", "final"):
+        (tmp_path / name).mkdir()
+    assert [step for step, _ in checkpoint_steps(tmp_path)] == [2, 10]
+    assert checkpoint_steps(tmp_path / "missing") == []
+
+
+def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
+    from course_utils.data import load_gsm8k, train_val_split
+    from course_utils.evaluation import validation_problems
+
+    full = validation_problems("ci", size=30)
+    assert len(full) == 30
+    expected = train_val_split(load_gsm8k("train", formatted=True, verbose=False), 0.2, 42)["validation"]
+    assert full["question"] == expected["question"][:30]
+    fewer = validation_problems("ci", exclude=full["question"][:5], size=30)
+    assert not set(full["question"][:5]) & set(fewer["question"])
+
+
+@pytest.mark.slow
+def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tmp_path) -> None:
+    """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
+    from peft import LoraConfig, get_peft_model
+
+    from course_utils.evaluation import checkpoint_curve, load_curve, load_warm_start_model, save_curve, warm_start_dir
+
+    model, _ = model_and_tokenizer
+    assert load_warm_start_model("ci", tmp_path) is None  # no warm start in this run
+    model.save_pretrained(warm_start_dir(tmp_path))
+    warm, tokenizer = load_warm_start_model("ci", tmp_path)
+    assert tokenizer.padding_side == "left" and not warm.training
+    adapter = get_peft_model(warm, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    adapter.save_pretrained(tmp_path / "checkpoint-5")  # LoRA starts as a no-op (B = 0)
+    subset = problems.select(range(2))
+    curve = checkpoint_curve("ci", tmp_path, subset, batch_size=2, max_new_tokens=8)
+    assert [p["step"] for p in curve] == [0, 5] and all(p["n"] == 2 for p in curve)
+    assert curve[0]["accuracy"] == curve[1]["accuracy"] and curve[0]["format_score"] == curve[1]["format_score"]
+    save_curve(curve, tmp_path)
+    assert load_curve(tmp_path) == curve and load_curve(tmp_path / "elsewhere") is None

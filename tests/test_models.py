@@ -124,3 +124,14 @@ def test_loading_arguments_follow_the_profile_offline_and_on_the_hub():
     quantization = t4["quantization_config"]
     assert quantization.load_in_4bit and quantization.bnb_4bit_quant_type == "nf4"
     assert quantization.bnb_4bit_compute_dtype == torch.float16
+
+
+def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
+    """What notebook 00 and the model description tell learners: the GGUF's linear weights are 4-bit Q4_1."""
+    from collections import Counter
+
+    import gguf
+
+    types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(models.gguf_path())).tensors)
+    assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in models.GGUF_FILENAME
+    assert "Q4_1" in models.model_source_description("ci")

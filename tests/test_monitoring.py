@@ -58,6 +58,31 @@ def test_each_rule_fires(series, rule):
     assert rule in describe_findings(findings)
 
 
+def test_reward_std_rule_speaks_of_the_batch_and_quotes_the_group_signal():
+    """reward_std is the whole batch's std; the within-group signal is frac_reward_zero_std."""
+    [finding] = monitor(_history(reward_std=[0.05] * 10, frac_reward_zero_std=[0.25] * 10))
+    assert "in the batch" in finding.message and "a group" not in finding.message
+    assert "frac_reward_zero_std is 25%" in finding.message
+    no_group_metric = [
+        {k: v for k, v in e.items() if k != "frac_reward_zero_std"} for e in _history(reward_std=[0.0] * 10)
+    ]
+    assert "not logged" in monitor(no_group_metric)[0].message
+
+
+def test_high_batch_std_with_flat_groups_is_caught_by_the_group_rule():
+    """Two prompts, each group all-equal: reward_std is large, yet no group carries a signal."""
+    import torch
+
+    from course_utils.grpo import frac_reward_zero_std
+
+    batch = [2.0] * 4 + [0.0] * 4
+    history = _history(
+        reward_std=[torch.tensor(batch).std().item()] * 10,
+        frac_reward_zero_std=[frac_reward_zero_std(batch, num_generations=4)] * 10,
+    )
+    assert [f.rule for f in monitor(history)] == ["zero_std_high"]
+
+
 def test_flat_kl_does_not_fire():
     assert monitor(_history(kl=[0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01, 0.012, 0.011, 0.01])) == []
 

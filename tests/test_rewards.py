@@ -423,8 +423,13 @@ def test_rewards_accept_everything_trl_passes():
 
 
 def test_weight_presets_and_max_total():
-    assert R.DEFAULT_WEIGHTS["initial"] == (2.0, 0.5, 0.5, 0.5, 0.125)
-    assert R.DEFAULT_WEIGHTS["tuned"] == (3.0, 0.3, 0.8, 0.2, 0.15)
+    # The article's tables give each reward's size; the functions return the "initial" sizes, so the weights
+    # (multipliers) are 1.0 for "initial" and tuned size / initial size for "tuned"
+    assert R.max_total_reward("initial") == pytest.approx(2.0 + 0.5 + 0.5 + 0.5 + 4 * 0.125) == 4.0
+    assert R.max_total_reward("tuned") == pytest.approx(3.0 + 0.3 + 0.8 + 0.2 + 4 * 0.15) == pytest.approx(4.9)
+    assert list(R.reward_points("initial").values()) == pytest.approx([2.0, 0.5, 0.5, 0.5, 0.5])
+    assert list(R.reward_points("tuned").values()) == pytest.approx([3.0, 0.3, 0.8, 0.2, 0.6])
+    assert R.DEFAULT_WEIGHTS["initial"] == (1.0, 1.0, 1.0, 1.0, 1.0)
     for preset in R.DEFAULT_WEIGHTS:
         weights = R.resolve_weights(preset)
         assert R.max_total_reward(preset) == pytest.approx(
@@ -441,6 +446,40 @@ def test_weight_presets_and_max_total():
 def test_bad_weights_say_what_is_wrong(weights, error):
     with pytest.raises(ValueError, match=error):
         R.resolve_weights(weights)
+
+
+def test_best_completion_earns_the_preset_maximum():
+    """A perfect completion scored by the real functions with a preset's weights earns max_total_reward."""
+    for preset, best in (("initial", 4.0), ("tuned", 4.9)):
+        table = R.score_completions([conv(GOOD)], "1000", weights=preset)
+        assert table.at[0, R.TOTAL_COLUMN] == pytest.approx(best)
+
+
+def test_saved_weights_round_trip(tmp_path, capsys):
+    path = tmp_path / "weights.json"
+    assert R.load_weights(path) == [1.0] * 5  # nothing saved: the "initial" preset, said aloud
+    assert "initial" in capsys.readouterr().out
+    R.save_weights([1.5, 0.0, 2.0, 0.5, 1.0], path)
+    assert R.load_weights(path) == [1.5, 0.0, 2.0, 0.5, 1.0]
+    assert R.load_weights(tmp_path / "missing.json", default="tuned") == list(R.DEFAULT_WEIGHTS["tuned"])
+
+
+def test_bad_saved_weights_fail_loudly(tmp_path):
+    path = tmp_path / "weights.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        R.load_weights(path)
+    path.write_text('{"correctness_reward_func": 1.0}')
+    with pytest.raises(ValueError, match="missing names"):
+        R.load_weights(path)
+    with pytest.raises(ValueError, match="need 5"):
+        R.save_weights([1.0, 2.0], path)
+
+
+def test_weights_file_lives_in_the_outputs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    assert R.save_weights("tuned") == tmp_path / "reward_weights.json" == R.weights_path()
+    assert R.load_weights() == list(R.DEFAULT_WEIGHTS["tuned"])
 
 
 def test_score_completions_table():

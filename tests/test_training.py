@@ -231,6 +231,28 @@ def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tok
     assert 0 < len(train) < 5000
 
 
+def test_profile_preset_reaches_the_config(tmp_path):
+    """The profile's preset is what trains: "initial" is every reward at its own size, "tuned" its multipliers."""
+    from course_utils.rewards import DEFAULT_WEIGHTS
+
+    assert grpo_config_kwargs("cpu", tmp_path)["reward_weights"] == [1.0] * 5
+    tuned = get_profile("ci").override(reward_weights="tuned")
+    config = make_grpo_config(tuned, tmp_path)
+    assert list(config.reward_weights) == list(DEFAULT_WEIGHTS["tuned"])
+    assert training.max_reward(config) == pytest.approx(4.9)
+    with pytest.raises(ValueError, match="unknown weight preset"):
+        grpo_config_kwargs(get_profile("ci").override(reward_weights="best"), tmp_path)
+
+
+def test_saved_weights_reach_the_config(tmp_path, monkeypatch):
+    from course_utils.rewards import load_weights, save_weights
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    save_weights([2.0, 0.5, 1.0, 1.0, 0.0])
+    config = make_grpo_config("ci", tmp_path / "run", reward_weights=load_weights())
+    assert list(config.reward_weights) == [2.0, 0.5, 1.0, 1.0, 0.0]
+
+
 def test_max_reward_follows_the_weights(tmp_path):
     assert training.max_reward() == pytest.approx(4.0)
     config = make_grpo_config("ci", tmp_path, reward_weights=[1.0, 0.0, 1.0, 0.0, 1.0])
@@ -316,9 +338,16 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
 
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("colab-t4").override(
-        device="cpu", dtype="float32", load_in_4bit=False, gradient_checkpointing=False,
-        num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
-        max_completion_length=8, max_steps=1, train_size=4,
+        device="cpu",
+        dtype="float32",
+        load_in_4bit=False,
+        gradient_checkpointing=False,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        max_completion_length=8,
+        max_steps=1,
+        train_size=4,
     )
     model = build_tiny_random_model()
     lora = training.make_lora_config(profile, model)

@@ -102,6 +102,17 @@ def test_toggle_switches_stage():
     lab.stage.value = "lenient"
     assert lab.result.stage == "lenient" and lab.result.mean_total > strict_mean
     assert "GRPOConfig(reward_weights=" in lab.config_line.value
+    assert "best total 4" in lab.config_line.value and "correctness 2" in lab.config_line.value
+
+
+def test_lab_saves_the_slider_weights_for_training(tmp_path):
+    from course_utils.rewards import load_weights
+
+    lab = RewardLab(preset="initial")
+    lab.sliders["correctness_reward_func"].value = 2.5
+    path = lab.save(tmp_path / "w.json")
+    assert load_weights(path) == [2.5, 1.0, 1.0, 1.0, 1.0] == list(lab.weights)
+    assert lab.preset.value == "custom"
     assert "calibrated" in lab.verdict.value or "too" in lab.verdict.value
 
 

@@ -7,8 +7,9 @@ Public API (import from ``course_utils.rewards``):
   ``soft_format_reward_func`` (0.5), ``xmlcount_reward_func`` (0.125 per tag, minus trailing text),
   and ``REWARD_FUNCS`` (that order); ``answers_match`` (math-verify equivalence with a numeric fast path);
 - ``course_utils.rewards.classic``: the popular originals, bugs included; ``get_reward_funcs(variant)``;
-- weights: ``DEFAULT_WEIGHTS`` (presets ``"initial"``, ``"tuned"``), ``max_total_reward``,
-  ``grpo_reward_weights`` (for ``GRPOConfig(reward_weights=...)``);
+- weights (multipliers of each function's output; "initial" = all 1.0): ``DEFAULT_WEIGHTS`` (presets
+  ``"initial"``, ``"tuned"``), ``max_total_reward``, ``reward_points``, ``grpo_reward_weights`` (for
+  ``GRPOConfig(reward_weights=...)``), ``save_weights`` / ``load_weights`` (notebook 03 -> notebook 04);
 - shaping: ``length_reward_func``, ``combine_rewards``, ``staged_format_reward_func``;
 - tables: ``score_completions``, ``compare_variants``.
 """
@@ -57,15 +58,21 @@ from course_utils.rewards.shaping import (
     staged_format_reward_func,
 )
 from course_utils.rewards.weights import (
+    DEFAULT_PRESET,
     DEFAULT_WEIGHTS,
     WEIGHT_PRESETS,
     grpo_reward_weights,
+    load_weights,
     max_total_reward,
     resolve_weights,
+    reward_points,
+    save_weights,
+    weights_path,
 )
 
 __all__ = [
     "CORRECT_REWARD",
+    "DEFAULT_PRESET",
     "DEFAULT_WEIGHTS",
     "INT_REWARD",
     "MAX_TRAILING_PENALTY",
@@ -96,15 +103,19 @@ __all__ = [
     "is_soft_format",
     "is_strict_format",
     "length_reward_func",
+    "load_weights",
     "make_length_reward",
     "make_staged_format_reward",
     "max_total_reward",
     "preview",
     "resolve_weights",
+    "reward_points",
+    "save_weights",
     "score_completions",
     "soft_format_reward_func",
     "staged_format_reward_func",
     "strict_format_reward_func",
+    "weights_path",
     "xmlcount_reward_func",
     "xmlcount_score",
 ]
