@@ -210,14 +210,13 @@ def plot_before_after_rates(table: Any, metrics: tuple[str, ...] | None = None, 
 
     ``table`` is ``course_utils.evaluation.compare_results(before, after, labels)``: its first two columns are the
     two models, and ``<label>_ci_low`` / ``<label>_ci_high`` the interval bounds. Overlapping bars with long error
-    bars are the picture of "we cannot tell yet": evaluate on more problems.
+    bars are the picture of "we cannot tell yet": evaluate on more problems. By default every row with an
+    interval (the rates) is drawn.
     """
     import numpy as np
 
-    from course_utils.evaluation import RATE_METRICS
-
-    metrics = tuple(metrics or RATE_METRICS)
     labels = list(table.columns[:2])
+    metrics = tuple(metrics or table.index[table[f"{labels[0]}_ci_low"].notna()])
     positions = np.arange(len(metrics))
     width = 0.38
     fig, ax = plt.subplots(figsize=(9, 3.8))
