@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import TrainerCallback
 
-from course_utils import monitoring, training
+from course_utils import lab, monitoring, training
 from course_utils.memory import peak_rss_gb
 from course_utils.profiles import get_profile
 
@@ -74,7 +74,7 @@ def main() -> None:
     steps, generate = StepTimer(), GenerateTimer()
     load_before = os.getloadavg()[0]
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = training.run_training(profile, callbacks=[steps], before_train=generate.attach)
+    result = lab.run_training(profile, callbacks=[steps], before_train=generate.attach)
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
     logs = monitoring.training_logs(result.trainer.state.log_history)

@@ -570,20 +570,6 @@ def side_by_side(left: str, right: str, labels: tuple[str, str] = ("base", "trai
 
 # --- The trained model -----------------------------------------------------------------------------
 
-# The training sizes of a "short run": the ci profile's, so the notebook runs standalone in about a minute.
-SHORT_RUN_FIELDS = (
-    "num_generations",
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "max_completion_length",
-    "max_steps",
-    "save_steps",
-    "logging_steps",
-    "train_size",
-    "warm_start_examples",
-)
-
-
 def trained_model_dir(profile: Any = None) -> Path:
     """Where notebook 04 saves the trained model of ``profile`` (``training.final_model_dir``: one definition)."""
     from course_utils.training import final_model_dir
@@ -614,46 +600,6 @@ def load_for_evaluation(profile: Any = None, folder: str | Path | None = None) -
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     return model.eval(), tokenizer
-
-
-def short_run_profile(profile: Any = None) -> Any:
-    """``profile`` with the ci profile's training sizes, renamed ``<name>-short`` so it never overwrites a real run."""
-    from course_utils.profiles import get_profile
-
-    p, ci = get_profile(profile), get_profile("ci")
-    if p.name.endswith("-short"):
-        return p
-    return p.override(name=f"{p.name}-short", **{field: getattr(ci, field) for field in SHORT_RUN_FIELDS})
-
-
-def train_short_run(profile: Any = None) -> Path:
-    """Train a ci-sized GRPO run of ``profile``'s model (warm start, a few steps) and save it; return the folder.
-
-    The same whole run as notebook 04 (``training.run_training``), only with the ci profile's sizes.
-    """
-    from course_utils import training
-
-    return training.run_training(short_run_profile(profile)).final_dir
-
-
-def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
-    """The trained model's folder for ``profile``, and whether it is a stand-in short run.
-
-    Looks for notebook 04's result first; without one it says so and uses (or trains, once) a ci-sized short run,
-    so this notebook also runs on its own. A short run barely trains: its numbers show the method, not the effect.
-    """
-    folder = find_trained_model(profile)
-    if folder is not None:
-        print(f"Trained model found: {folder}")
-        return folder, False
-    short = short_run_profile(profile)
-    print(f"No trained model at {trained_model_dir(profile)} (run notebook 04 to make one).")
-    folder = find_trained_model(short)
-    if folder is not None:
-        print(f"Using the short run already on disk: {folder}")
-        return folder, True
-    print(f"Training a short ci-sized run instead ({short.max_steps} GRPO steps); it only demonstrates the method.")
-    return train_short_run(short), True
 
 
 # --- Paired comparison: the exact McNemar test ------------------------------------------------------

@@ -10,17 +10,15 @@ Notebook 04 calls these functions one per cell, so every step of a GRPO run is v
 5. ``save_final`` / ``load_trained_model``: the result, in the folder notebook 05 loads.
 
 The warm start before GRPO lives in ``course_utils.warm_start``; the dashboard, the saved log history and
-the monitoring rules in ``course_utils.monitoring``. ``run_training`` chains everything for scripts.
+the monitoring rules in ``course_utils.monitoring``; ``course_utils.lab`` chains everything for scripts.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -561,50 +559,6 @@ def train(trainer: Any, resume: bool | str | Path = False) -> Any:
         if not Path(checkpoint).is_dir():
             raise FileNotFoundError(f"No checkpoint folder {checkpoint}; use resume=True to pick the newest one.")
     return trainer.train(resume_from_checkpoint=checkpoint)
-
-
-@dataclass
-class RunResult:
-    """What ``run_training`` did: the trainer (with its log history), where it saved, and how long each part took."""
-
-    trainer: Any
-    tokenizer: Any
-    run_dir: Path
-    final_dir: Path
-    warm_start_seconds: float
-    train_seconds: float
-
-
-def run_training(
-    profile: Profile | str | None = None,
-    callbacks: Iterable[TrainerCallback] = (),
-    before_train: Any = None,
-) -> RunResult:
-    """The whole of notebook 04 in one call (fresh run): load, warm start, train, save artifacts and model.
-
-    For scripts and the benchmark; the notebook runs the same steps one cell at a time. ``before_train``
-    is called with the trainer just before training (to instrument it, say).
-    """
-    p = get_profile(profile)
-    started = time.perf_counter()
-    model, tokenizer = load_model_for_training(p)
-    if p.warm_start_examples:
-        from course_utils.warm_start import warm_start
-
-        model = warm_start(model, tokenizer, p, cache=True)  # kept: notebook 05 evaluates it
-    warm_seconds = time.perf_counter() - started
-    run_dir = clear_run_dir(default_run_dir(p))
-    trainer = build_trainer(model, tokenizer, p, callbacks=callbacks)
-    if before_train is not None:
-        before_train(trainer)
-    started = time.perf_counter()
-    train(trainer)
-    train_seconds = time.perf_counter() - started
-    from course_utils.monitoring import save_run_artifacts
-
-    save_run_artifacts(trainer.state.log_history, run_dir)
-    final_dir = save_final(trainer, tokenizer)
-    return RunResult(trainer, tokenizer, run_dir, final_dir, warm_seconds, train_seconds)
 
 
 # --- The lab's reward scale ---------------------------------------------------------------------

@@ -18,10 +18,10 @@ from course_utils.evaluation import (
     load_for_evaluation,
     records_dataframe,
     score_completions,
-    short_run_profile,
     trained_model_dir,
     wilson_interval,
 )
+from course_utils.lab import short_run_profile
 
 # --- Hand-written completions, each annotated with what it must count as -------------------------------------
 
