@@ -21,7 +21,6 @@ from course_utils.evaluation import (
     trained_model_dir,
     wilson_interval,
 )
-from course_utils.lab import short_run_profile
 
 # --- Hand-written completions, each annotated with what it must count as -------------------------------------
 
@@ -253,16 +252,6 @@ def test_find_trained_model(tmp_path, monkeypatch) -> None:
 def test_load_for_evaluation_rejects_a_folder_without_a_model(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="No trained model"):
         load_for_evaluation("ci", tmp_path)
-
-
-def test_short_run_profile_uses_ci_sizes_under_its_own_name() -> None:
-    from course_utils.profiles import get_profile
-
-    short = short_run_profile("cpu")
-    assert short.name == "cpu-short" and short.model_id == get_profile("cpu").model_id
-    assert short.max_steps == get_profile("ci").max_steps and short.train_size == get_profile("ci").train_size
-    assert short_run_profile(short) is short
-    assert trained_model_dir(short) != trained_model_dir("cpu")
 
 
 # --- Real generation with the offline model ------------------------------------------------------------------
