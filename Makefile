@@ -39,14 +39,15 @@ lint: setup
 	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks scripts
 
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement" tests --nbmake notebooks
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement and not long" tests --nbmake notebooks
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
 
 # Minutes per test: several training processes at once (scripts/train_grpo.py under torchrun, two CPU
-# processes), and measurements checked against estimates (memory peaks of real runs, on both CPU precision paths)
+# processes), measurements checked against estimates (memory peaks of real runs, on both CPU precision paths),
+# and the long real runs whose code path the notebooks already run in `make test`
 test-slow: setup
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "multiprocess or measurement" tests
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "multiprocess or measurement or long" tests
 
 # Move the pins forward: the newest versions pyproject.toml allows, written to constraints.txt; then `make test`
 pins: $(STAMP)

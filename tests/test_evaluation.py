@@ -284,6 +284,7 @@ def test_evaluate_model_rejects_bad_input(model_and_tokenizer, problems) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_evaluate_model_on_real_problems(model_and_tokenizer, problems) -> None:
     model, tokenizer = model_and_tokenizer
     model.train()  # evaluate_model must switch to eval and back
@@ -487,6 +488,7 @@ def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tmp_path) -> None:
     """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
     from peft import LoraConfig, get_peft_model

@@ -48,6 +48,7 @@ def test_offline_model_is_a_plain_trainable_model(offline_model_and_tokenizer):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_weights_match_the_gguf_file():
     """The materialized weights are the GGUF weights, de-quantized, not a fresh random init."""
     from transformers import AutoModelForCausalLM

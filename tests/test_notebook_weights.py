@@ -42,6 +42,7 @@ def _notebook_04_weights() -> list[float]:
 
 
 @pytest.mark.slow  # two kernels, each importing trl
+@pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_slider_weights_reach_notebook_04_config(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     monkeypatch.setenv("COURSE_PROFILE", "ci")

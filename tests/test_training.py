@@ -268,6 +268,7 @@ def test_missing_trained_model_says_which_notebook(gsm8k_env):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_ci_run_end_to_end(gsm8k_env):
     """Warm start, a real 3-step GRPO run in the ci profile, dashboard, artifacts, save and reload."""
     from course_utils.models import load_model_and_tokenizer
