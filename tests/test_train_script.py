@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -19,11 +18,8 @@ SCRIPT = REPO / "scripts" / "train_grpo.py"
 
 
 @pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("train_grpo", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script(load_script):
+    return load_script("train_grpo")
 
 
 def test_values_on_the_command_line_become_python_values(script):
