@@ -3,7 +3,8 @@
 Prints `name: value` lines:
 
 - ``generate_tokens_per_second``: the lab's generation (its model in this machine's precision path, LoRA
-  applied as the trainer applies it, one prompt times ``num_generations``, ``max_completion_length`` new tokens);
+  applied as the trainer applies it, sampled through ``course_utils.group_generation`` as the trainer samples,
+  one prompt times ``num_generations``, ``max_completion_length`` new tokens);
 - ``generate_hf_default_tokens_per_second``: the same prompts and token count through plain
   ``model.generate`` on the fp32 model without adapters (transformers' default cache);
 - ``generate_speedup_vs_hf_default``: the first divided by the second, in the same run (target: at least 2).
@@ -22,6 +23,7 @@ import torch
 from peft import get_peft_model
 
 from course_utils.data import load_gsm8k
+from course_utils.group_generation import install
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
 from course_utils.profiles import get_profile
@@ -57,13 +59,16 @@ def main() -> None:
     inputs = tokenizer([text] * profile.num_generations, return_tensors="pt")
     new_tokens = profile.max_completion_length
     lab_model = get_peft_model(lab_model, make_lora_config(profile, lab_model)).eval()
+    if profile.group_generation:
+        install(lab_model)
     lab = tokens_per_second(lab_model, inputs, new_tokens, tokenizer.pad_token_id)
     del lab_model
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
     plain = tokens_per_second(plain_model.eval(), inputs, new_tokens, tokenizer.pad_token_id)
     print(
         f"generate_settings: {profile.num_generations} completions x {new_tokens} tokens, "
-        f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA"
+        f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA, "
+        f"group generation {'on' if profile.group_generation else 'off'}"
     )
     print(f"generate_tokens_per_second: {lab:.1f}")
     print(f"generate_hf_default_tokens_per_second: {plain:.1f}")

@@ -24,6 +24,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from course_utils.cpu_allocator import reuse_freed_memory_callback
+from course_utils.group_generation import GroupGeneration
 from course_utils.hardware import cpu_precision, cuda_available
 from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
@@ -504,12 +506,6 @@ def build_trainer(
             f"train_dataset lacks column(s) {sorted(missing)}: "
             "build it with training_dataset(profile, tokenizer=tokenizer)."
         )
-    callbacks = list(callbacks)
-    if p.reuse_freed_memory:
-        from course_utils.cpu_allocator import reuse_freed_memory_callback
-
-        # first, so that a callback timing the step (the benchmark's) counts the per-step release too
-        callbacks.insert(0, reuse_freed_memory_callback())
     return GRPOTrainer(
         model=model,
         reward_funcs=funcs,
@@ -517,8 +513,24 @@ def build_trainer(
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=make_lora_config(p, model),
-        callbacks=callbacks,
+        callbacks=[*lab_callbacks(p), *callbacks],
     )
+
+
+def lab_callbacks(profile: Profile | str | None = None) -> list[TrainerCallback]:
+    """The profile's speed-ups for a CPU run, as trainer callbacks (none on a GPU profile).
+
+    They change how fast a step runs, never what it computes: freed memory kept for reuse
+    (``reuse_freed_memory``) and groups sampled with their prompt read once (``group_generation``).
+    The allocator's comes first, so a callback timing the step (the benchmark's) counts its release too.
+    """
+    p = get_profile(profile)
+    callbacks: list[TrainerCallback] = []
+    if p.reuse_freed_memory:
+        callbacks.append(reuse_freed_memory_callback())
+    if p.group_generation:
+        callbacks.append(GroupGeneration())
+    return callbacks
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

@@ -13,6 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 from course_utils import hardware, training
+from course_utils.group_generation import INSTALLED_FLAG
 from course_utils.hardware import PRECISION_ENV_VAR
 from course_utils.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.profiles import PROFILES, get_profile
@@ -282,8 +283,10 @@ def test_ci_run_end_to_end(gsm8k_env):
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
     names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
     assert names.index("ReuseFreedMemory") < names.index("LiveDashboard"), names  # released inside the step
+    assert "GroupGeneration" in names
     training.train(trainer)
     assert trainer.state.global_step == profile.max_steps
+    assert getattr(trainer.model, INSTALLED_FLAG), "the trainer's model samples through group_generation"
     assert dashboard.redraws == profile.max_steps
     logs = training_logs(trainer.state.log_history)
     assert len(logs) == profile.max_steps and all(math.isfinite(e["reward"]) for e in logs)

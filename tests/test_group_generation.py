@@ -1,0 +1,139 @@
+"""Group generation samples what plain ``generate`` samples, and leaves the trained weights as they were."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from course_utils import group_generation as gg
+from course_utils.models import build_tiny_random_model
+
+PAD = 0
+
+
+def lora_model(dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A tiny random Qwen2 with LoRA whose B matrices are not zero, so the adapters change the output."""
+    base = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2, seed=seed).to(dtype)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0)
+    model = get_peft_model(base, config).eval()
+    torch.manual_seed(seed)
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.5)
+    return model
+
+
+def grouped_prompts() -> dict[str, torch.Tensor]:
+    """Two groups of three rows: a 6-token prompt, and a 4-token prompt left-padded to 6."""
+    first, second = [5, 17, 23, 42, 7, 9], [PAD, PAD, 11, 13, 19, 3]
+    ids = torch.tensor([first] * 3 + [second] * 3)
+    return {"input_ids": ids, "attention_mask": (ids != PAD).long()}
+
+
+def generate(model, inputs, **kwargs):
+    with torch.no_grad():
+        return model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, pad_token_id=PAD, **kwargs)
+
+
+def test_group_sizes_follow_runs_of_identical_rows():
+    ids = torch.tensor([[1, 2], [1, 2], [3, 4], [1, 2]])
+    assert gg.group_sizes(ids) == [2, 1, 1]
+    mask = torch.tensor([[1, 1], [0, 1], [1, 1], [1, 1]])
+    assert gg.group_sizes(ids, mask) == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([1, 2, 3]), torch.zeros(0, 4, dtype=torch.long)])
+def test_group_sizes_refuse_a_tensor_that_is_not_rows_of_tokens(bad):
+    with pytest.raises(ValueError, match="non-empty \\(rows, tokens\\)"):
+        gg.group_sizes(bad)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[5, 6, 7], [8, 9, 10]],  # no two rows alike
+        [[5, 6, 7], [5, 6, 7], [8, 9, 10]],  # groups of unequal size
+        [[5], [5]],  # nothing before the last prompt token
+    ],
+)
+def test_nothing_to_share_falls_back_to_plain_generate(rows):
+    ids = torch.tensor(rows)
+    assert gg.shared_prompt_cache(lora_model(), ids, torch.ones_like(ids)) is None
+
+
+def test_shared_cache_holds_every_prompt_token_but_the_last_for_every_row():
+    inputs = grouped_prompts()
+    with torch.no_grad():
+        cache = gg.shared_prompt_cache(lora_model(), inputs["input_ids"], inputs["attention_mask"])
+    assert cache.get_seq_length() == inputs["input_ids"].shape[1] - 1
+    assert cache.layers[0].keys.shape[0] == inputs["input_ids"].shape[0]
+
+
+def test_greedy_completions_equal_plain_generate_with_adapters_and_padding():
+    inputs = grouped_prompts()
+    model = lora_model()
+    plain = generate(model, inputs, do_sample=False)
+    with torch.no_grad():
+        base_only = model.disable_adapter()
+        with base_only:
+            without_adapters = model.generate(**inputs, max_new_tokens=8, pad_token_id=PAD, do_sample=False)
+    assert not torch.equal(plain, without_adapters), "the test needs adapters that change the completions"
+    gg.install(model)
+    assert torch.equal(generate(model, inputs, do_sample=False), plain)
+
+
+def test_next_token_logits_match_plain_generate_at_every_step():
+    inputs = grouped_prompts()
+    model = lora_model()
+    plain = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    gg.install(model)
+    grouped = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    for step, (expected, got) in enumerate(zip(plain.logits, grouped.logits, strict=True)):
+        assert torch.allclose(got, expected, atol=1e-5), f"logits differ at new token {step}"
+
+
+def test_sampled_completions_equal_plain_generate_for_the_same_seed():
+    inputs = grouped_prompts()
+    model = lora_model()
+    torch.manual_seed(3)
+    plain = generate(model, inputs, do_sample=True)
+    gg.install(model)
+    torch.manual_seed(3)
+    assert torch.equal(generate(model, inputs, do_sample=True), plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_trained_weights_and_adapters_are_untouched_after_generation(dtype):
+    inputs = grouped_prompts()
+    model = gg.install(lora_model(dtype))
+    before = copy.deepcopy(model.state_dict())
+    with torch.no_grad():
+        logits_before = model(**inputs).logits
+    generate(model, inputs, do_sample=True)
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[name], after[name]) for name in before), "weights changed bit for bit"
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, logits_before), "the adapters are active again"
+
+
+def test_installing_twice_wraps_once():
+    model = lora_model()
+    gg.install(model)
+    wrapped = model.generate
+    assert gg.install(model).generate is wrapped
+
+
+def test_a_model_without_adapters_generates_as_before():
+    inputs = grouped_prompts()
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).eval()
+    plain = generate(model, inputs, do_sample=False)
+    assert torch.equal(generate(gg.install(model), inputs, do_sample=False), plain)
+
+
+def test_callback_needs_the_trainers_model():
+    with pytest.raises(ValueError, match="GRPOTrainer\\(callbacks="):
+        gg.GroupGeneration().on_train_begin(None, None, None)
