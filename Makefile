@@ -19,7 +19,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
 REPO ?=
 
-.PHONY: setup lab test test-slow lint course bench clean pins colab-links gpu-check
+.PHONY: setup lab test test-slow lint course bench bench-long clean pins colab-links gpu-check
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -67,12 +67,20 @@ gpu-check: setup
 course: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} GSM8K_DIR=$(GSM8K_DIR) $(PY) -m course_utils.runner --output build
 
-# Every benchmark's `name: value` lines, also written to $(BENCH_RESULTS) (the machine's lines come first)
+# Every benchmark's `name: value` lines, also written to $(BENCH_RESULTS) (the machine's lines come first).
+# The training comparisons (several whole `cpu` lab runs each, tens of minutes) are `make bench-long`.
 BENCH_RESULTS ?= benchmarks/results.txt
+BENCH_LONG_RESULTS ?= benchmarks/results_long.txt
+LONG_BENCHES := $(wildcard benchmarks/bench_reward_presets.py benchmarks/bench_variants.py)
 bench: setup
-	@set -o pipefail; for script in benchmarks/bench_*.py; do echo "# $$script"; \
-	  GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
+	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(filter-out benchmarks/bench_00_machine.py $(LONG_BENCHES),$(wildcard benchmarks/bench_*.py)); do \
+	  echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
 	@mv $(BENCH_RESULTS).new $(BENCH_RESULTS); echo "written: $(BENCH_RESULTS)"
+
+bench-long: setup
+	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(LONG_BENCHES); do echo "# $$script"; \
+	  COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_LONG_RESULTS).new
+	@mv $(BENCH_LONG_RESULTS).new $(BENCH_LONG_RESULTS); echo "written: $(BENCH_LONG_RESULTS)"
 
 clean:
 	rm -rf build outputs .pytest_cache .ruff_cache
