@@ -28,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import TrainerCallback
 
 from course_utils import lab, monitoring, training
+from course_utils.group_generation import GroupGeneration, install
 from course_utils.memory import peak_rss_gb
 from course_utils.profiles import get_profile
 
@@ -54,6 +55,8 @@ class GenerateTimer:
 
     def attach(self, trainer: Any) -> None:
         model = trainer.model
+        if any(isinstance(callback, GroupGeneration) for callback in trainer.callback_handler.callbacks):
+            install(model)  # now, so that the timer sees the whole grouped call (prefill and folding included)
         original = model.generate
 
         @functools.wraps(original)
