@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from course_utils import evaluation, training
+from course_utils.hardware import machine_summary
 from course_utils.memory import peak_rss_gb
 from course_utils.paths import output_dir
 from course_utils.profiles import get_profile
@@ -41,16 +41,9 @@ METRICS = ("accuracy", "lenient_accuracy", "format_score")  # strict accuracy, l
 
 
 def cpu_kind() -> str:
-    """The CPU model name and whether it has native bfloat16 (every figure names the machine it came from)."""
-    name = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name} ({'avx512_bf16/amx' if training.cpu_supports_bf16() else 'no native bf16'})"
+    """The machine's CPU and precision path (every figure names the machine it came from)."""
+    summary = machine_summary()
+    return f"{summary['machine_cpu']} ({summary['cpu_capability']}, {summary['cpu_precision_path']} path)"
 
 
 def scores(result: dict[str, Any]) -> dict[str, float]:
