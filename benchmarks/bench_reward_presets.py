@@ -65,7 +65,7 @@ def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep
     )
     trainer = training.build_trainer(model, tokenizer, profile, config=config)
     started = time.perf_counter()
-    training.train(trainer)
+    trainer.train()
     seconds = time.perf_counter() - started
     history = [dict(h) for h in trainer.state.log_history]
     training.save_final(trainer, tokenizer)

@@ -13,7 +13,7 @@ is an error naming the row, or, in the explicit lenient mode, a reported skip.
 
 Also here, for notebook 02 and the pre-flight check: ``check_calculator_notes`` (verifies the bundled
 sample), ``PITFALL_PARSERS`` / ``pitfall_report`` (deliberately wrong parsers and the rows they lose),
-``render_prompt`` / ``continuation_probability`` / ``greedy_replies`` (what the model sees and does),
+``render_prompt`` / ``continuation_probability`` (what the model sees; ``models.greedy_generate`` shows what it does),
 ``prompt_token_lengths`` / ``rows_with_short_prompts`` (the prompt cap of the ``cpu`` lab),
 ``token_length_stats`` / ``reference_length_percentile`` / ``recommended_completion_length``,
 ``save_splits`` / ``load_splits`` and ``measure_dataset_vs_dicts``.
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.paths import data_dir, output_dir
+from course_utils.profiles import hub_reachable
 
 SYSTEM_PROMPT = """Respond in the following format:
 <reasoning>
@@ -181,8 +182,6 @@ def _from_folder(folder: Path, split: str) -> list[dict[str, Any]]:
 
 
 def _from_hub(split: str) -> list[dict[str, Any]] | None:
-    from course_utils.profiles import hub_reachable
-
     if not hub_reachable():
         return None
     try:
@@ -575,32 +574,6 @@ def rows_with_short_prompts(lengths: Sequence[int], max_tokens: int, limit: int 
         raise ValueError(f"limit must be a positive number of rows or None, got {limit}")
     kept = [index for index, length in enumerate(lengths) if length <= max_tokens]
     return kept[:limit] if limit is not None else kept
-
-
-def greedy_replies(
-    model: Any, tokenizer: Any, conversations: Sequence[list[dict[str, str]]], max_new_tokens: int = 24
-) -> list[str]:
-    """The model's greedy (deterministic) continuation of each chat prompt, generated as one batch.
-
-    A cheap look at what a prompt makes the model do; one batched call (left padding) costs about
-    as much as one prompt on a CPU.
-    """
-    import torch
-
-    if not conversations:
-        return []
-    texts = [render_prompt(tokenizer, messages) for messages in conversations]
-    inputs = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    with torch.inference_mode():
-        output = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-        )
-    return tokenizer.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
-def greedy_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int = 24) -> str:
-    """The model's greedy continuation of one chat prompt (see ``greedy_replies``)."""
-    return greedy_replies(model, tokenizer, [messages], max_new_tokens)[0]
 
 
 def continuation_probability(model: Any, tokenizer: Any, messages: list[dict[str, str]], continuation: str) -> float:

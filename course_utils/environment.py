@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_utils.hardware import cpu_precision
-from course_utils.profiles import Profile, get_profile
+from course_utils.models import ModelUnavailableError, gguf_path, model_source_description
+from course_utils.profiles import Profile, get_profile, hub_reachable
 
 # distribution name -> (why the course needs it, install command)
 COURSE_PACKAGES: dict[str, tuple[str, str]] = {
@@ -105,9 +106,6 @@ def hardware_checks(profile: Profile) -> list[Check]:
 
 def model_check(profile: Profile) -> Check:
     """Can the profile's model be found (without loading it)?"""
-    from course_utils.models import ModelUnavailableError, gguf_path, model_source_description
-    from course_utils.profiles import hub_reachable
-
     if profile.model_source == "offline":
         try:
             gguf_path()

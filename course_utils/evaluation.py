@@ -27,6 +27,20 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from transformers import AutoModelForCausalLM
+
+from course_utils.data import load_gsm8k, load_splits, prompt_token_lengths, train_val_split
+from course_utils.models import Generation, greedy_generate, load_model_and_tokenizer, saved_model_kind
+from course_utils.profiles import get_profile
+from course_utils.rewards import (
+    answers_match,
+    completion_text,
+    extract_xml_answer,
+    soft_format_reward_func,
+    strict_format_reward_func,
+)
+from course_utils.training import load_trained_model, warm_start_model_dir
+
 # The rates that get a confidence interval, in the order tables show them.
 RATE_METRICS = (
     "accuracy",
@@ -88,8 +102,6 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
 def _completion_text(completion: Any, index: int) -> str:
     """A completion as text, read like the rewards read it: a string, or TRL's ``[{"role": ..., "content": ...}]``."""
-    from course_utils.rewards import completion_text
-
     is_chat = isinstance(completion, list) and bool(completion) and all(isinstance(m, Mapping) for m in completion)
     if isinstance(completion, str) or is_chat:
         return completion_text(completion)
@@ -106,8 +118,6 @@ def _check_parallel(name: str, values: Sequence[Any] | None, n: int) -> None:
 
 def _format_flags(texts: list[str], golds: list[str]) -> tuple[list[bool], list[bool]]:
     """Strict and soft format flags from the reward functions themselves (a positive reward = formatted)."""
-    from course_utils.rewards import soft_format_reward_func, strict_format_reward_func
-
     prompts = [[{"role": "user", "content": ""}] for _ in texts]
     completions = [[{"role": "assistant", "content": text}] for text in texts]
     strict = strict_format_reward_func(prompts=prompts, completions=completions, answer=golds)
@@ -138,7 +148,6 @@ def last_number(text: str) -> str:
 
 
 def _last_number_matches(text: str, gold: str) -> bool:
-    from course_utils.rewards import answers_match
 
     number = last_number(text)
     return bool(number) and bool(answers_match(number, gold))
@@ -174,8 +183,6 @@ def score_completions(
     question, gold, completion, extracted, correct, lenient_correct, exact_match, formatted, soft_formatted,
     truncated, tokens).
     """
-    from course_utils.rewards import answers_match, extract_xml_answer
-
     if isinstance(completions, str) or isinstance(golds, str):
         raise TypeError("completions and golds must be lists (one entry per problem), not a single string")
     n = len(completions)
@@ -261,71 +268,16 @@ def _question(row: Mapping[str, Any]) -> str:
     return users[-1] if users else ""
 
 
-def _prompt_ids(tokenizer: Any, messages: list[Mapping[str, Any]]) -> list[int]:
-    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-    return list(encoded["input_ids"])
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
-    if not ids:
-        raise ValueError("Neither the tokenizer nor the model's generation config names an end-of-sequence token")
-    return ids
-
-
-def _pad_id(tokenizer: Any) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ValueError("The tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token first")
-    return pad
-
-
 def _check_generation_args(batch_size: int, max_new_tokens: int) -> None:
     for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
             raise ValueError(f"{name} must be a positive whole number, got {value!r}")
 
 
-def _split_generation(new_ids: list[int], eos: set[int]) -> tuple[list[int], bool]:
-    """The generated ids up to (not including) the first EOS, and whether there was no EOS (truncated)."""
-    for position, token in enumerate(new_ids):
-        if token in eos:
-            return new_ids[:position], False
-    return new_ids, True
-
-
-def _generate_batch(model: Any, prompts: list[list[int]], config: Any) -> list[list[int]]:
-    """Greedy generation for a batch of token-id prompts, left-padded by hand (no tokenizer state is changed)."""
-    import torch
-
-    device = next(model.parameters()).device
-    width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[config.pad_token_id] * (width - len(p)) + p for p in prompts], device=device)
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    output = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=config)
-    return output[:, width:].tolist()
-
-
 def _progress_bar(total: int, enabled: bool, description: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, disable=not enabled, desc=description, unit="problem")
-
-
-def _greedy_config(model: Any, max_new_tokens: int, pad_id: int) -> Any:
-    """A copy of the model's generation config set to plain greedy decoding.
-
-    A copy, so the model is left as it was; sampling settings (temperature, top_p, top_k) are cleared, so
-    transformers does not warn that they are ignored under greedy decoding.
-    """
-    import copy
-
-    config = copy.deepcopy(model.generation_config)
-    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
-    config.max_new_tokens, config.pad_token_id = max_new_tokens, pad_id
-    return config
 
 
 def evaluate_model(
@@ -348,46 +300,38 @@ def evaluate_model(
     ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns ``score_completions``'s dict,
     timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size`` and ``max_new_tokens``.
     """
-    import torch
-
     _check_generation_args(batch_size, max_new_tokens)
     rows = _rows(dataset)
-    config, eos = _greedy_config(model, max_new_tokens, _pad_id(tokenizer)), _eos_ids(model, tokenizer)
-    was_training = model.training
-    model.eval()
     started = time.perf_counter()
-    prompts = [_prompt_ids(tokenizer, row["prompt"]) for row in rows]
-    order = sorted(range(len(rows)), key=lambda i: -len(prompts[i])) if sort_by_length else list(range(len(rows)))
-    texts: list[str] = [""] * len(rows)
-    tokens, truncated = [0] * len(rows), [False] * len(rows)
-    try:
-        with torch.inference_mode(), _progress_bar(len(rows), progress, description) as bar:
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
-                generated = _generate_batch(model, [prompts[i] for i in batch], config)
-                for i, new_ids in zip(batch, generated, strict=True):
-                    kept, truncated[i] = _split_generation(new_ids, eos)
-                    texts[i], tokens[i] = tokenizer.decode(kept, skip_special_tokens=True), len(kept)
-                bar.update(len(batch))
-    finally:
-        model.train(was_training)
+    prompts = [row["prompt"] for row in rows]
+    lengths = prompt_token_lengths(tokenizer, prompts) if sort_by_length else [0] * len(rows)
+    order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: unsorted when every length is 0
+    generations: list[Generation | None] = [None] * len(rows)
+    with _progress_bar(len(rows), progress, description) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            outputs = greedy_generate(model, tokenizer, [prompts[i] for i in batch], max_new_tokens)
+            for i, generation in zip(batch, outputs, strict=True):
+                generations[i] = generation
+            bar.update(len(batch))
     elapsed = time.perf_counter() - started
-    return _score_generations(rows, texts, truncated, tokens, elapsed, confidence) | {
+    return _score_generations(rows, generations, elapsed, confidence) | {
         "batch_size": batch_size,
         "max_new_tokens": max_new_tokens,
     }
 
 
 def _score_generations(
-    rows: list[Any], texts: list[str], truncated: list[bool], tokens: list[int], elapsed: float, confidence: float
+    rows: list[Any], generations: Sequence[Generation | None], elapsed: float, confidence: float
 ) -> dict[str, Any]:
     """Score generated texts against their rows' gold answers: the one place both generation loops end."""
+    done = [g for g in generations if g is not None]
     return score_completions(
-        texts,
+        [g.text for g in done],
         [str(row["answer"]) for row in rows],
         questions=[_question(row) for row in rows],
-        truncated=truncated,
-        completion_tokens=tokens,
+        truncated=[g.truncated for g in done],
+        completion_tokens=[g.tokens for g in done],
         elapsed_seconds=elapsed,
         confidence=confidence,
     )
@@ -408,31 +352,17 @@ def evaluate_one_at_a_time(
     so the hardware works on a single sequence at a time. Scored by the same ``score_completions``, so its
     metrics are comparable with ``evaluate_model``'s; only the speed should differ.
     """
-    import torch
     from tqdm.auto import tqdm
 
     _check_generation_args(1, max_new_tokens)
     rows = _rows(dataset)
-    config, eos = _greedy_config(model, max_new_tokens, _pad_id(tokenizer)), _eos_ids(model, tokenizer)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     started = time.perf_counter()
-    texts, tokens, truncated = [], [], []
-    try:
-        for row in tqdm(rows, disable=not progress, desc="one at a time", unit="problem"):
-            text = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-            inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(device)
-            with torch.inference_mode():
-                output = model.generate(**inputs, generation_config=config)
-            kept, was_cut = _split_generation(output[0, inputs["input_ids"].shape[1] :].tolist(), eos)
-            texts.append(tokenizer.decode(kept, skip_special_tokens=True))
-            tokens.append(len(kept))
-            truncated.append(was_cut)
-    finally:
-        model.train(was_training)
+    generations = [
+        greedy_generate(model, tokenizer, [row["prompt"]], max_new_tokens)[0]
+        for row in tqdm(rows, disable=not progress, desc="one at a time", unit="problem")
+    ]
     elapsed = time.perf_counter() - started
-    return _score_generations(rows, texts, truncated, tokens, elapsed, confidence) | {
+    return _score_generations(rows, generations, elapsed, confidence) | {
         "batch_size": 1,
         "max_new_tokens": max_new_tokens,
     }
@@ -570,32 +500,12 @@ def side_by_side(left: str, right: str, labels: tuple[str, str] = ("base", "trai
 
 # --- The trained model -----------------------------------------------------------------------------
 
-def trained_model_dir(profile: Any = None) -> Path:
-    """Where notebook 04 saves the trained model of ``profile`` (``training.final_model_dir``: one definition)."""
-    from course_utils.training import final_model_dir
-
-    return final_model_dir(profile)
-
-
-def find_trained_model(profile: Any = None, path: str | Path | None = None) -> Path | None:
-    """The folder of a trained model or LoRA adapter for ``profile`` (or at ``path``), or None when there is none.
-
-    A folder counts when it holds ``adapter_config.json`` (a LoRA adapter) or ``config.json`` (a full model).
-    """
-    folder = Path(path) if path is not None else trained_model_dir(profile)
-    if (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
-        return folder
-    return None
-
-
 def load_for_evaluation(profile: Any = None, folder: str | Path | None = None) -> tuple[Any, Any]:
     """The trained model and tokenizer (``training.load_trained_model``), with a LoRA adapter merged in.
 
     Merging (``merge_and_unload``) makes generation run at the base model's speed, so the speed comparison
     measures what GRPO changed (longer answers, say), not the overhead of unmerged LoRA layers.
     """
-    from course_utils.training import load_trained_model
-
     model, tokenizer = load_trained_model(profile, folder)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
@@ -679,9 +589,6 @@ def mcnemar_table(results: Mapping[str, Mapping[str, Any]], key: str = "correct"
 
 def test_problems(profile: Any = None) -> Any:
     """The profile's ``eval_size`` first GSM8K test problems, formatted (never used for training or choices)."""
-    from course_utils.data import load_gsm8k
-    from course_utils.profiles import get_profile
-
     return load_gsm8k("test", formatted=True, limit=get_profile(profile).eval_size)
 
 
@@ -692,9 +599,6 @@ def validation_problems(profile: Any = None, exclude: Any = None, size: int | No
     removes any problem the run trained on, so the curve measures unseen problems. ``size`` defaults to the
     profile's ``eval_size``.
     """
-    from course_utils.data import load_gsm8k, load_splits, train_val_split
-    from course_utils.profiles import get_profile
-
     p = get_profile(profile)
     try:
         validation = load_splits()["validation"]
@@ -734,38 +638,27 @@ def checkpoint_curve(
     """
     from peft import PeftModel
 
-    from course_utils.models import load_model_and_tokenizer
-    from course_utils.profiles import get_profile
-
     p = get_profile(profile)
     max_new_tokens = max_new_tokens or p.eval_max_new_tokens
-    base_model, tokenizer = load_model_and_tokenizer(p)
-    base_dir = Path(base) if base is not None else Path(run_dir) / "warm_start" / "model"
-    if (base_dir / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=base_model.dtype)
+    base_dir = Path(base) if base is not None else warm_start_model_dir(run_dir)
+    base_model, tokenizer = _starting_model(p, base_dir)
     settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
     curve = [_curve_point(0, evaluate_model(base_model, tokenizer, problems, **settings))]
     for step, folder in checkpoint_steps(run_dir):
-        if not (folder / "adapter_config.json").is_file():
+        if saved_model_kind(folder) != "lora-adapter":
             continue
         model = PeftModel.from_pretrained(base_model, folder).merge_and_unload()
         curve.append(_curve_point(step, evaluate_model(model, tokenizer, problems, **settings)))
-        base_model = _fresh_base(p, base_dir)
+        base_model, _ = _starting_model(p, base_dir)  # merging an adapter changed the weights it was merged into
     return curve
 
 
-def _fresh_base(profile: Any, base_dir: Path) -> Any:
-    """The starting model again: merging an adapter changes the weights it was merged into."""
-    from course_utils.models import load_model_and_tokenizer
-
-    model, _ = load_model_and_tokenizer(profile)
-    if (base_dir / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
+def _starting_model(profile: Any, base_dir: Path) -> tuple[Any, Any]:
+    """The model GRPO started from (the saved warm start in ``base_dir``, else the profile's) and the tokenizer."""
+    model, tokenizer = load_model_and_tokenizer(profile)
+    if saved_model_kind(base_dir) == "full-model":
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=model.dtype)
-    return model
+    return model, tokenizer
 
 
 def _curve_point(step: int, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -781,23 +674,14 @@ def _curve_point(step: int, result: Mapping[str, Any]) -> dict[str, Any]:
 CURVE_FILENAME = "validation_curve.json"
 
 
-def warm_start_dir(run_dir: str | Path) -> Path:
-    """Where a run keeps the model its GRPO started from, when it had a warm start (``warm_start(cache=True)``)."""
-    return Path(run_dir) / "warm_start" / "model"
-
-
 def load_warm_start_model(profile: Any, run_dir: str | Path) -> tuple[Any, Any] | None:
     """The warm-started model of a run and the profile's tokenizer (left padding), or None without a warm start.
 
     Evaluated on its own, it tells what the supervised warm start did before GRPO changed anything, so the
     GRPO model is compared with the model GRPO started from, not with the raw base model.
     """
-    from transformers import AutoModelForCausalLM
-
-    from course_utils.models import load_model_and_tokenizer
-
-    folder = warm_start_dir(run_dir)
-    if not (folder / "config.json").is_file():
+    folder = warm_start_model_dir(run_dir)
+    if saved_model_kind(folder) != "full-model":
         return None
     base, tokenizer = load_model_and_tokenizer(profile)
     return AutoModelForCausalLM.from_pretrained(folder, dtype=base.dtype).eval(), tokenizer

@@ -28,6 +28,7 @@ from course_utils.data import (
     format_row,
     pitfall_outcomes,
 )
+from course_utils.evaluation import last_number, wilson_interval
 from course_utils.grpo import (
     frac_reward_zero_std,
     group_advantages,
@@ -37,7 +38,12 @@ from course_utils.grpo import (
     trl_trainer,
 )
 from course_utils.hardware import native_bf16
+from course_utils.memory import OOM_BASE, OOM_FIXES, what_if_table
+from course_utils.monitoring import monitor
+from course_utils.preflight import check
 from course_utils.profiles import get_profile
+from course_utils.rewards import answers_match, classic
+from course_utils.training import check_generation_batch
 
 
 def is_unanswered(answer: Any) -> bool:
@@ -536,8 +542,6 @@ def check_02_split_solution(learner: Any, dataset: Any) -> bool:
 
 def check_03_classic_comma(answer: Any) -> bool:
     """What does the classic correctness reward give '<answer>\\n1,000\\n</answer>' when the gold is '1000'?"""
-    from course_utils.rewards import classic
-
     completion = [{"role": "assistant", "content": "<answer>\n1,000\n</answer>"}]
     expected = classic.correctness_reward_func(None, [completion], ["1000"])[0]
     return report(
@@ -561,17 +565,40 @@ def check_04_prompts_per_step(answer: Any) -> bool:
     return report("04.1 prompts per step", close_to(answer, 8 * 16 / 8), hint, answer)
 
 
-def check_04_kl_field(answer: Any) -> bool:
-    """Which ``GRPOConfig`` field is the KL coefficient?"""
-    text = answer.strip().lower() if isinstance(answer, str) else ""
-    return report("04.2 KL coefficient field", text == "beta", "it is a Greek letter; TRL's default is 0.0", answer)
+def check_04_group_size_field(answer: Any) -> bool:
+    """Which ``GRPOConfig`` field is the group size (completions sampled per prompt)?"""
+    text = answer.strip().strip("`'\"") if isinstance(answer, str) else ""
+    hint = "the field that says how many completions are generated for each prompt; TRL's default is 8"
+    return report("04.2 group size field", text == "num_generations", hint, answer)
+
+
+def generation_batch_cases() -> list[Case]:
+    """Sizes that form whole groups, sizes that do not, and sizes that are no sizes at all."""
+    return [
+        Case("the golden config: 8 x 16, groups of 8", (8, 16, 8)),
+        Case("the cpu lab: 4 x 2, groups of 8", (4, 2, 8)),
+        Case("one pass of 8, groups of 8", (8, 1, 8)),
+        Case("12 x 1, groups of 3", (12, 1, 3)),
+        Case("6 x 1, groups of 4: not whole groups", (6, 1, 4)),
+        Case("3 x 3, groups of 2: not whole groups", (3, 3, 2)),
+        Case("a group of one compares nothing", (8, 1, 1)),
+        Case("batch 0", (0, 1, 2)),
+        Case("accumulation 0", (4, 0, 2)),
+    ]
+
+
+def check_04_generation_batch(learner: Any) -> bool:
+    """A function ``(batch, accumulation, num_generations) -> completions per round``; ValueError when unusable."""
+    hint = ("return batch x accumulation; raise ValueError when that is not a multiple of num_generations, when "
+            "num_generations < 2, or when a size is < 1")
+    return check_against_reference(
+        "04.4 generation batch", learner, check_generation_batch, generation_batch_cases(), hint=hint
+    )
 
 
 def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:
     """Which monitoring rule fires on ``log_history``? (a rule name such as ``"clipped_high"``)."""
     try:
-        from course_utils.monitoring import monitor
-
         fired = {finding.rule for finding in monitor(log_history)}
     except (TypeError, ValueError) as exc:
         print(f"⚠️ 04.3: could not read the log history ({exc}); pass the one the notebook built.")
@@ -588,16 +615,12 @@ CHECKER_OPTIONS_05 = ("1000", "1,000", "$1000", "1000.0", "one thousand", "100")
 
 def check_05_wilson_lower(answer: Any) -> bool:
     """A model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
-    from course_utils.evaluation import wilson_interval
-
     expected = wilson_interval(4, 8)[0]
     hint = "call wilson_interval(successes, n) and read the first number; 50% on 8 problems is a wide range"
     return report("05.1 Wilson lower bound for 4/8", close_to(answer, expected, 0.006), hint, answer)
 
 
 def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
-    from course_utils.evaluation import wilson_interval
-
     n = 2
     while True:
         low, high = wilson_interval(round(rate * n), n)
@@ -614,10 +637,30 @@ def check_05_problems_needed(answer: Any) -> bool:
     return report("05.2 problems for ±5 points", within, hint, answer)
 
 
+def last_number_cases() -> list[Case]:
+    """Completions a lenient reader meets: tagged and untagged answers, separators, decimals, signs, no number."""
+    texts = {
+        "tagged answer": "<reasoning>\n9 + 9 = 18\n</reasoning>\n<answer>\n18\n</answer>",
+        "plain sentence": "The answer is 72.",
+        "thousands separator": "She earns 1,250 dollars.",
+        "decimal": "Each costs 2.50, so 5.75 in all",
+        "negative": "The temperature fell to -4 degrees",
+        "several numbers, last wins": "3 boxes of 12 is 36 eggs, minus 6 is 30",
+        "sentence-final full stop": "So the total is 42.",
+        "no number at all": "I do not know.",
+        "empty": "",
+    }
+    return [Case(label, (text,)) for label, text in texts.items()]
+
+
+def check_05_last_number(learner: Any) -> bool:
+    """A function ``text -> the last number in it`` (commas dropped, ``""`` when none): the lenient reading."""
+    hint = "find every number with a regular expression, keep the last, drop its commas; '' when there is none"
+    return check_against_reference("05.4 last number", learner, last_number, last_number_cases(), hint=hint)
+
+
 def check_05_checker_matters(answer: Any) -> bool:
     """Which of ``CHECKER_OPTIONS_05`` does ``answers_match`` accept for the gold ``"1000"`` but exact match rejects?"""
-    from course_utils.rewards import answers_match
-
     expected = {option for option in CHECKER_OPTIONS_05 if answers_match(option, "1000") and option != "1000"}
     given = {str(a).strip() for a in answer} if isinstance(answer, (list, tuple, set)) else None
     hint = "list the strings (e.g. ['1,000', ...]) that mean 1000 but are not written '1000'; try answers_match"
@@ -629,8 +672,6 @@ def check_05_checker_matters(answer: Any) -> bool:
 
 def check_06_batch_size(answer: Any) -> bool:
     """Smallest ``per_device_train_batch_size`` that works with ``gradient_accumulation_steps=3`` and 6 generations."""
-    from course_utils.preflight import check
-
     def accepted(batch: int) -> bool:
         config = {"per_device_train_batch_size": batch, "gradient_accumulation_steps": 3, "num_generations": 6}
         return "batch-not-divisible" not in {f.code for f in check(config, hardware={"device": "cuda", "bf16": True})}
@@ -649,8 +690,6 @@ def check_06_kl_switch(answer: Any) -> bool:
 
 def check_06_biggest_saving(answer: Any) -> bool:
     """Which single fix in ``memory.OOM_FIXES`` lowers the estimated peak memory of ``memory.OOM_BASE`` the most?"""
-    from course_utils.memory import OOM_BASE, OOM_FIXES, what_if_table
-
     singles = {label: change for label, change in OOM_FIXES.items() if not label.startswith("all")}
     table = what_if_table(OOM_BASE, singles).drop(index="as configured")
     expected = str(table["total_gb"].idxmin())

@@ -15,16 +15,16 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from course_utils.evaluation import find_trained_model, trained_model_dir
 from course_utils.monitoring import save_run_artifacts
 from course_utils.profiles import Profile, get_profile
 from course_utils.training import (
     build_trainer,
     clear_run_dir,
     default_run_dir,
+    final_model_dir,
+    find_trained_model,
     load_model_for_training,
     save_final,
-    train,
 )
 from course_utils.warm_start import warm_start
 
@@ -62,7 +62,7 @@ def run_training(
     if before_train is not None:
         before_train(trainer)
     started = time.perf_counter()
-    train(trainer)
+    trainer.train()
     train_seconds = time.perf_counter() - started
     save_run_artifacts(trainer.state.log_history, run_dir)
     final_dir = save_final(trainer, tokenizer)
@@ -110,7 +110,7 @@ def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
         print(f"Trained model found: {folder}")
         return folder, False
     short = short_run_profile(profile)
-    print(f"No trained model at {trained_model_dir(profile)} (run notebook 04 to make one).")
+    print(f"No trained model at {final_model_dir(profile)} (run notebook 04 to make one).")
     folder = find_trained_model(short)
     if folder is not None:
         print(f"Using the short run already on disk: {folder}")

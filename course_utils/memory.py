@@ -33,7 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.data import load_gsm8k
+from course_utils.models import materialize_offline_model
 from course_utils.profiles import OFFLINE_MODEL_ID, Profile, get_profile
+from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
 
 GB = 1024**3
 # A GSM8K chat prompt (system format instruction + question, through the chat template) is about
@@ -183,8 +186,6 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
 
 def smollm2_spec() -> ModelSpec:
     """The offline SmolLM2-135M-Instruct's shape, read from the materialized model's ``config.json``."""
-    from course_utils.models import materialize_offline_model
-
     return spec_from_config(materialize_offline_model(), name="SmolLM2-135M-Instruct")
 
 
@@ -586,8 +587,6 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
     import torch
     import trl  # noqa: F401  (imported before the baseline: its own memory is not the run's)
 
-    from course_utils.data import load_gsm8k
-    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
 
     p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     torch.manual_seed(0)

@@ -13,11 +13,14 @@ Run ``python -m course_utils.models`` to prepare the offline model ahead of time
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import shutil
 import struct
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -202,18 +205,101 @@ def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any,
     return model, tokenizer
 
 
-def generate_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int = 32) -> str:
-    """The model's greedy reply to one chat, through the tokenizer's chat template.
+@dataclass(frozen=True)
+class Generation:
+    """One greedy completion: its text, its token count (end-of-sequence not counted), and whether it was cut."""
 
-    Greedy, so the same model gives the same text every run: a quick proof that model and tokenizer work.
+    text: str
+    tokens: int
+    truncated: bool  # stopped at max_new_tokens without an end-of-sequence token
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    if not ids:
+        raise ValueError("Neither the tokenizer nor the model's generation config names an end-of-sequence token")
+    return ids
+
+
+def _greedy_config(model: Any, max_new_tokens: int, pad_id: int) -> Any:
+    """A copy of the model's generation config set to plain greedy decoding.
+
+    A copy, so the model is left as it was; sampling settings (temperature, top_p, top_k) are cleared, so
+    transformers does not warn that they are ignored under greedy decoding.
+    """
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    config.max_new_tokens, config.pad_token_id = max_new_tokens, pad_id
+    return config
+
+
+def _split_at_eos(new_ids: list[int], eos: set[int]) -> tuple[list[int], bool]:
+    """The generated ids up to (not including) the first EOS, and whether there was no EOS (truncated)."""
+    for position, token in enumerate(new_ids):
+        if token in eos:
+            return new_ids[:position], False
+    return new_ids, True
+
+
+def greedy_generate(
+    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], max_new_tokens: int = 256
+) -> list[Generation]:
+    """The model's greedy (reproducible) reply to each chat, generated as one batch; the course's one generator.
+
+    The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
+    generation appends on the right, so every prompt must end where the new tokens start). The model is
+    put in eval mode for the call and restored after.
     """
     import torch
 
-    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    inputs = {name: tensor.to(model.device) for name, tensor in inputs.items()}
-    with torch.inference_mode():
-        output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
-    return tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+    if isinstance(conversations, (str, Mapping)) or (conversations and isinstance(conversations[0], Mapping)):
+        raise TypeError("conversations must be a list of chats (each a list of messages); wrap one chat as [messages]")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive whole number, got {max_new_tokens!r}")
+    if not conversations:
+        return []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("The tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token first")
+    config, eos = _greedy_config(model, max_new_tokens, pad_id), _eos_ids(model, tokenizer)
+    texts = tokenizer.apply_chat_template([list(c) for c in conversations], add_generation_prompt=True, tokenize=False)
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    inputs = inputs.to(model.device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            output = model.generate(**inputs, generation_config=config)
+    finally:
+        model.train(was_training)
+    generations = []
+    for new_ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+        kept, truncated = _split_at_eos(new_ids, eos)
+        generations.append(Generation(tokenizer.decode(kept, skip_special_tokens=True), len(kept), truncated))
+    return generations
+
+
+# --- Saved models --------------------------------------------------------------------------------------
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def saved_model_kind(folder: str | Path | None) -> str | None:
+    """``"lora-adapter"``, ``"full-model"``, or None when ``folder`` holds no saved model (or does not exist).
+
+    A LoRA adapter folder has ``adapter_config.json``; a full model folder has ``config.json``. An adapter
+    wins when both are there (peft saves the base model's config beside some adapters).
+    """
+    if folder is None:
+        return None
+    folder = Path(folder)
+    if (folder / ADAPTER_CONFIG).is_file():
+        return "lora-adapter"
+    if (folder / "config.json").is_file():
+        return "full-model"
+    return None
 
 
 def model_source_description(profile: Profile | str | None = None) -> str:

@@ -22,6 +22,9 @@ from statistics import median
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.utils import is_in_notebook
+
+from course_utils.plotting import plot_training_dashboard
 
 
 def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -50,15 +53,6 @@ def reward_columns(frame: Any) -> list[str]:
     return [c for c in frame.columns if c.startswith("rewards/") and c.endswith("/mean")]
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
-
-
 class LiveDashboard(TrainerCallback):
     """Redraws the training curves at every log: reward, its std, KL, lengths, clipping, each reward, zero-std groups.
 
@@ -67,7 +61,7 @@ class LiveDashboard(TrainerCallback):
     """
 
     def __init__(self, show: bool | None = None, title: str = "GRPO training") -> None:
-        self.show = _in_notebook() if show is None else show
+        self.show = is_in_notebook() if show is None else show
         self.title = title
         self.history: list[dict[str, Any]] = []
         self.figure: Any = None
@@ -82,8 +76,6 @@ class LiveDashboard(TrainerCallback):
     def redraw(self) -> Any:
         """Draw the current history; in a notebook, replace the previous drawing."""
         import matplotlib.pyplot as plt
-
-        from course_utils.plotting import plot_training_dashboard
 
         if self.figure is not None:
             plt.close(self.figure)
@@ -101,8 +93,6 @@ def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | 
     """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
     import matplotlib.pyplot as plt
     import pandas as pd
-
-    from course_utils.plotting import plot_training_dashboard
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -25,9 +25,12 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils import data
 from course_utils.hardware import cpu_supports_bf16
 from course_utils.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
+from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
+from course_utils.training import build_trainer, load_model_for_training, make_grpo_config, vllm_available
 
 SEVERITIES = ("error", "warning", "info")
 COMPLETION_PERCENTILE = 90
@@ -306,9 +309,7 @@ def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = COMPLET
 
     Raw GSM8K rows work too (the reasoning is the part before ``####``).
     """
-    from course_utils.data import reference_length_percentile as percentile
-
-    return float(percentile(dataset, tokenizer, q=q))
+    return float(data.reference_length_percentile(dataset, tokenizer, q=q))
 
 
 def _looks_like_tokenizer(obj: Any) -> bool:
@@ -387,8 +388,6 @@ VLLM_INSTALL = 'pip install ".[vllm]"  (in the course folder; GPU machines only)
 
 def _check_vllm(values: dict[str, Any], profile: Profile | None, hardware: Hardware) -> list[Finding]:
     """vLLM asked for but missing: an error when the config uses it (TRL would stop), a warning for a profile."""
-    from course_utils.training import vllm_available
-
     if vllm_available():
         return []
     if values.get("use_vllm"):
@@ -600,9 +599,6 @@ def tiny_grpo_run(
     The troubleshooting notebook reproduces each failure with one of these instead of describing it:
     same trainer, same metrics as a real run, seconds instead of hours. ``overrides`` go to ``GRPOConfig``.
     """
-    from course_utils.paths import output_dir
-    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
-
     model, tokenizer = load_model_for_training(profile)
     config = make_grpo_config(
         profile,

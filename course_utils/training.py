@@ -1,12 +1,13 @@
 """Training with TRL's ``GRPOTrainer``: config from a profile, LoRA, the training prompts, the run, saving.
 
-Notebook 04 calls these functions one per cell, so every step of a GRPO run is visible and short:
+The package's reference for what notebook 04's learner writes (``GRPOConfig``, ``LoraConfig``,
+``GRPOTrainer``), used by scripts, benchmarks and the checks that compare the notebook with it:
 
 1. ``make_grpo_config(profile)``: the real ``GRPOConfig`` fields, read from the hardware profile, with
-   the generation batch checked *before* TRL would crash on it (``check_generation_batch``).
+   the generation batch checked *before* TRL would fail on it (``check_generation_batch``).
 2. ``load_model_for_training`` / ``make_lora_config``: the model in its training dtype, LoRA from the profile.
 3. ``training_dataset(profile)``: the GRPO prompts (capped in length on the CPU, ``max_prompt_tokens``).
-4. ``build_trainer(...)``: ``GRPOTrainer`` with the course's rewards and their weights; ``train`` resumes.
+4. ``build_trainer(...)``: ``GRPOTrainer`` with the course's rewards and their weights.
 5. ``save_final`` / ``load_trained_model``: the result, in the folder notebook 05 loads.
 
 The warm start before GRPO lives in ``course_utils.warm_start``; the dashboard, the saved log history and
@@ -15,7 +16,9 @@ the monitoring rules in ``course_utils.monitoring``; ``course_utils.lab`` chains
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 import warnings
 from collections.abc import Iterable, Sequence
@@ -25,10 +28,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from course_utils.cpu_allocator import reuse_freed_memory_callback
+from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.group_generation import GroupGeneration
 from course_utils.hardware import cpu_precision, cuda_available
+from course_utils.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
+from course_utils.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -42,13 +48,12 @@ WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or s
 def precision_flags(profile: Profile) -> dict[str, bool]:
     """``bf16``/``fp16``/``use_cpu`` for ``GRPOConfig``: always explicit, because TRL defaults to ``bf16=True``.
 
-    GPU profiles follow the profile's dtype (a T4 has no bf16, so ``colab-t4`` trains in fp16). CPU
-    profiles use bf16 autocast exactly when their model trains in bf16, which ``train_dtype="auto"`` picks
+    Both follow the dtype the model trains in: a T4 has no bf16, so ``colab-t4`` trains in fp16; a CPU
+    profile uses bf16 autocast exactly when its model trains in bf16, which ``train_dtype="auto"`` picks
     only where the CPU computes bf16 natively (``course_utils.hardware.cpu_precision``).
     """
-    if profile.device == "cuda":
-        return {"bf16": profile.dtype == "bfloat16", "fp16": profile.dtype == "float16", "use_cpu": False}
-    return {"bf16": profile.training_dtype == "bfloat16", "fp16": False, "use_cpu": True}
+    dtype = profile.training_dtype
+    return {"bf16": dtype == "bfloat16", "fp16": dtype == "float16", "use_cpu": profile.device == "cpu"}
 
 
 class GenerationBatchError(ValueError):
@@ -108,11 +113,30 @@ def final_model_dir(profile: Profile | str | None = None) -> Path:
     return default_run_dir(profile) / FINAL_DIRNAME
 
 
+def warm_start_model_dir(run_dir: str | Path) -> Path:
+    """Where a run keeps the warm-started model its GRPO began from (notebook 05 evaluates it; a resume reloads it)."""
+    return Path(run_dir) / WARM_START_DIRNAME / "model"
+
+
+def find_trained_model(profile: Profile | str | None = None, path: str | Path | None = None) -> Path | None:
+    """The folder of the profile's trained model or LoRA adapter (or ``path``), or None when it holds none."""
+    folder = Path(path) if path is not None else final_model_dir(profile)
+    return folder if saved_model_kind(folder) is not None else None
+
+
 def vllm_available() -> bool:
     """True when the ``vllm`` package is importable (it is only ever installed on GPU machines)."""
-    import importlib.util
-
     return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_enabled(profile: Profile) -> bool:
+    """``GRPOConfig(use_vllm=...)``: the profile asks for vLLM, on a GPU, and vLLM is installed (else it says so)."""
+    if not (profile.use_vllm and profile.device == "cuda"):
+        return False
+    if not vllm_available():
+        print(f'Profile {profile.name!r}: vLLM is not installed, generating with transformers (pip install ".[vllm]").')
+        return False
+    return True
 
 
 RUN_TRACKERS = {"tensorboard": "tensorboard", "trackio": "trackio"}  # report_to value: the package it needs
@@ -124,8 +148,6 @@ def report_to_targets(profile: Profile | str | None = None) -> list[str]:
     Why a check: transformers only fails on a missing tracker when the trainer is built; here the learner
     gets the install command at once.
     """
-    import importlib.util
-
     p = get_profile(profile)
     if p.report_to == "none":
         return []
@@ -142,8 +164,6 @@ def resolve_reward_weights(weights: Any = None) -> list[float]:
 
     The "initial" preset is all 1.0: the rewards already return the article's first table of sizes.
     """
-    from course_utils.rewards import DEFAULT_PRESET, grpo_reward_weights
-
     return grpo_reward_weights(DEFAULT_PRESET if weights is None else weights)
 
 
@@ -155,11 +175,7 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
     and change between releases, and a learner should see the run's real settings.
     """
     p = get_profile(profile)
-    check_generation_batch(p.per_device_train_batch_size, p.gradient_accumulation_steps, p.num_generations)
-    use_vllm = bool(p.use_vllm and p.device == "cuda" and vllm_available())
-    if p.use_vllm and p.device == "cuda" and not use_vllm:
-        print(f'Profile {p.name!r}: vLLM is not installed, generating with transformers (pip install ".[vllm]").')
-    kwargs: dict[str, Any] = {
+    return {
         "output_dir": str(output_dir or default_run_dir(p)),
         # Group size and batch: prompts per step = batch x accumulation / num_generations
         "num_generations": p.num_generations,
@@ -180,7 +196,9 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
         # Speed and memory
         "activation_checkpointing": p.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
         **precision_flags(p),
-        "use_vllm": use_vllm,
+        "use_vllm": vllm_enabled(p),
+        "vllm_mode": "colocate",  # vLLM shares the training GPU: no second server to start
+        "vllm_gpu_memory_utilization": p.vllm_gpu_memory_utilization,
         "dataloader_num_workers": 0,
         # Logging and checkpoints
         "logging_steps": p.logging_steps,
@@ -190,16 +208,16 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
         "report_to": report_to_targets(p),
         "seed": 42,
     }
-    if use_vllm:
-        kwargs["vllm_mode"] = "colocate"  # vLLM shares the training GPU: no second server to start
-        kwargs["vllm_gpu_memory_utilization"] = p.vllm_gpu_memory_utilization
-    return kwargs
 
 
 def make_grpo_config(
     profile: Profile | str | None = None, output_dir: str | Path | None = None, **overrides: Any
 ) -> Any:
-    """A ``trl.GRPOConfig`` for the profile; ``overrides`` replace single fields (unknown names are an error)."""
+    """A ``trl.GRPOConfig`` for the profile; ``overrides`` replace single fields (unknown names are an error).
+
+    The one place the generation batch is checked on the package's path (``check_generation_batch``), after
+    the overrides, so the learner reads the fix instead of TRL's error.
+    """
     from trl import GRPOConfig
 
     kwargs = grpo_config_kwargs(profile, output_dir)
@@ -209,7 +227,10 @@ def make_grpo_config(
         raise ValueError(f"GRPOConfig has no field(s) {unknown}. Check the spelling; see GOLDEN_CONFIG_TABLE.")
     kwargs.update(overrides)
     check_generation_batch(
-        kwargs["per_device_train_batch_size"], kwargs["gradient_accumulation_steps"], kwargs["num_generations"]
+        kwargs["per_device_train_batch_size"],
+        kwargs["gradient_accumulation_steps"],
+        kwargs["num_generations"],
+        int(os.environ.get("WORLD_SIZE", "1")),  # set by torchrun / accelerate launch
     )
     return GRPOConfig(**kwargs)
 
@@ -375,8 +396,7 @@ def top_layer_indices(model: Any, count: int) -> list[int]:
 
     Why only the top layers: gradients flow from the loss down to the lowest trained parameter and stop
     there, so adapting the top half halves the backward pass through the decoder layers and the
-    activations kept for it (the output head's share stays). In the CPU lab the top 15 of 30 layers
-    still learn the format; the top 8 alone did not (notebook 04).
+    activations kept for it (the output head's share stays). The appendix notebook explains the choice.
     """
     depth = getattr(getattr(model, "config", None), "num_hidden_layers", None)
     if not isinstance(depth, int):
@@ -394,8 +414,6 @@ def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, 
     are not lost to bf16 rounding. The evaluation keeps loading the profile's ``dtype``.
     """
     import torch
-
-    from course_utils.models import load_model_and_tokenizer
 
     p = get_profile(profile)
     model, tokenizer = load_model_and_tokenizer(p)
@@ -423,8 +441,6 @@ def training_dataset(
     With ``profile.max_prompt_tokens`` set, the first ``train_size`` problems whose prompt fits (the
     ``tokenizer`` counts them), from the rows the warm start does not use; how many fit is printed.
     """
-    from course_utils.data import load_gsm8k
-
     p = get_profile(profile)
     if p.max_prompt_tokens is None:
         return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
@@ -438,8 +454,6 @@ def training_dataset(
 
 def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
     """The first ``train_size`` problems whose prompt has at most ``max_prompt_tokens`` tokens, said aloud."""
-    from course_utils.data import prompt_token_lengths, rows_with_short_prompts
-
     candidates = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))
     lengths = prompt_token_lengths(tokenizer, candidates["prompt"])
     fitting = rows_with_short_prompts(lengths, p.max_prompt_tokens)
@@ -478,21 +492,12 @@ def build_trainer(
 ) -> Any:
     """A ``GRPOTrainer`` on the course's five rewards (weights from the config), LoRA from the profile.
 
-    With ``profile.reuse_freed_memory`` (the CPU profiles) the process keeps big freed blocks for reuse
-    while it trains (``course_utils.cpu_allocator``), which makes TRL's CPU log-softmax about twice as fast.
+    The same call notebook 04's learner writes out; the profile's CPU callbacks (``lab_callbacks``) come first.
     """
     from trl import GRPOTrainer
 
-    from course_utils.rewards import REWARD_FUNCS
-
     p = get_profile(profile)
     config = config if config is not None else make_grpo_config(p)
-    check_generation_batch(
-        config.per_device_train_batch_size,
-        config.gradient_accumulation_steps,
-        config.num_generations,
-        config.world_size,
-    )
     funcs = list(reward_funcs) if reward_funcs is not None else list(REWARD_FUNCS)
     if config.reward_weights is not None and len(config.reward_weights) != len(funcs):
         raise ValueError(
@@ -517,31 +522,20 @@ def build_trainer(
     )
 
 
-def lab_callbacks(profile: Profile | str | None = None) -> list[TrainerCallback]:
+def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
     """The profile's speed-ups for a CPU run, as trainer callbacks (none on a GPU profile).
 
     They change how fast a step runs, never what it computes: freed memory kept for reuse
-    (``reuse_freed_memory``) and groups sampled with their prompt read once (``group_generation``).
-    The allocator's comes first, so a callback timing the step (the benchmark's) counts its release too.
+    (``reuse_freed_memory``) and each group sampled with its prompt read once (``group_generation``).
+    Put them first, so that a callback timing the step (the benchmark's) counts the per-step release too.
+    The appendix notebook (``99_appendix_cpu_speed.ipynb``) explains and measures them.
     """
-    p = get_profile(profile)
-    callbacks: list[TrainerCallback] = []
-    if p.reuse_freed_memory:
-        callbacks.append(reuse_freed_memory_callback())
-    if p.group_generation:
-        callbacks.append(GroupGeneration())
-    return callbacks
+    return [*allocator_callbacks(profile), *([GroupGeneration()] if profile.group_generation else [])]
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest ``checkpoint-N`` folder in ``run_dir`` (None when there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return None
-    found = get_last_checkpoint(str(run_dir))
-    return Path(found) if found else None
+def allocator_callbacks(profile: Profile) -> list[TrainerCallback]:
+    """With ``reuse_freed_memory``, freed memory kept for reuse (any trainer: the warm start's too)."""
+    return [reuse_freed_memory_callback()] if profile.reuse_freed_memory else []
 
 
 def clear_run_dir(run_dir: str | Path) -> Path:
@@ -555,31 +549,11 @@ def clear_run_dir(run_dir: str | Path) -> Path:
     return run_dir
 
 
-def train(trainer: Any, resume: bool | str | Path = False) -> Any:
-    """Run ``trainer.train``; ``resume=True`` continues from the newest checkpoint in the run folder, if any.
-
-    Resuming restores the weights, optimizer, scheduler, RNG state and the log history, so the run
-    ends at the same ``max_steps`` as an uninterrupted one.
-    """
-    checkpoint: str | None = None
-    if resume is True:
-        found = latest_checkpoint(trainer.args.output_dir)
-        checkpoint = str(found) if found else None
-        print(f"resuming from {found}" if found else "no checkpoint found: starting from step 0")
-    elif resume:
-        checkpoint = str(resume)
-        if not Path(checkpoint).is_dir():
-            raise FileNotFoundError(f"No checkpoint folder {checkpoint}; use resume=True to pick the newest one.")
-    return trainer.train(resume_from_checkpoint=checkpoint)
-
-
 # --- The lab's reward scale ---------------------------------------------------------------------
 
 
 def max_reward(config: Any = None) -> float:
     """The largest total reward one completion can get under the config's reward weights."""
-    from course_utils.rewards import max_total_reward
-
     weights = getattr(config, "reward_weights", None) if config is not None else None
     return max_total_reward(resolve_reward_weights(weights))
 
@@ -619,24 +593,21 @@ def load_trained_model(profile: Profile | str | None = None, folder: str | Path 
 
     A LoRA adapter is loaded on top of the profile's base model; a full model is loaded directly.
     """
+    import torch
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from course_utils.models import load_model_and_tokenizer
 
     p = get_profile(profile)
     folder = Path(folder) if folder is not None else final_model_dir(p)
-    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+    kind = saved_model_kind(folder)
+    if kind is None:
         raise FileNotFoundError(
             f"No trained model in {folder}. Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE={p.name} first."
         )
-    if (folder / "adapter_config.json").is_file():
-        from peft import PeftModel
-
+    if kind == "lora-adapter":
         base, _ = load_model_and_tokenizer(p)
         model = PeftModel.from_pretrained(base, folder)
     else:
-        import torch
-
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, p.dtype))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:

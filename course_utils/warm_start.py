@@ -10,17 +10,20 @@ and returns a plain model (the LoRA adapter merged back) for GRPO to start its o
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
+from course_utils.data import build_prompt, extract_hash_answer, extract_reasoning, load_gsm8k
+from course_utils.models import saved_model_kind
 from course_utils.profiles import Profile, get_profile
 from course_utils.training import (
     WARM_START_DIRNAME,
     WARM_START_MARKER,
+    allocator_callbacks,
     default_run_dir,
     make_lora_config,
     precision_flags,
+    warm_start_model_dir,
 )
 
 WARM_START_MICRO_BATCH = 2  # warm-start sequences per forward pass (memory); the profile sets the effective batch
@@ -35,8 +38,6 @@ def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
     Short on purpose: the lesson is the *format* (and that it ends), not the arithmetic; a long target
     would teach the model to write past ``max_completion_length`` and get truncated.
     """
-    from course_utils.data import extract_hash_answer, extract_reasoning
-
     if reasoning_lines < 0:
         raise ValueError(f"reasoning_lines must be >= 0, got {reasoning_lines}")
     lines = [re.sub(r"<<[^<>]*>>", "", line).strip() for line in extract_reasoning(solution).splitlines()]
@@ -49,7 +50,6 @@ def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path 
     """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
     from datasets import Dataset
 
-    from course_utils.data import build_prompt, load_gsm8k
 
     p = get_profile(profile)
     if p.warm_start_examples < 1:
@@ -106,6 +106,45 @@ def make_sft_config(
     return SFTConfig(**kwargs)
 
 
+def warm_start_lora_config(profile: Profile | str | None = None, model: Any = None) -> Any:
+    """The warm start's ``LoraConfig``: GRPO's, but in every layer (``lora_top_layers`` ignored).
+
+    Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format habit
+    wherever it lives, and the adapter is merged away before GRPO starts its own.
+    """
+    return make_lora_config(get_profile(profile).override(lora_top_layers=None), model)
+
+
+def finish_warm_start(trainer: Any, folder: str | Path | None = None) -> Any:
+    """The primed plain model of a finished ``SFTTrainer`` run: LoRA merged back, marked, saved in ``folder``.
+
+    Merged, so GRPO starts its own adapter on the primed weights; marked (``WARM_START_MARKER`` on its config),
+    so ``save_final`` knows an adapter alone could not rebuild the model; saved, so notebook 05 can evaluate
+    it and a resumed run continues on exactly the same base.
+    """
+    primed = trainer.model
+    if hasattr(primed, "merge_and_unload"):
+        primed = primed.merge_and_unload()
+    losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
+    examples = len(trainer.train_dataset)
+    seconds = round(trainer.state.log_history[-1].get("train_runtime", 0.0), 1) if trainer.state.log_history else 0.0
+    info = {"examples": examples, "steps": trainer.state.global_step, "seconds": seconds}
+    setattr(primed.config, WARM_START_MARKER, info)
+    print(f"warm start: {examples} examples, {trainer.state.global_step} steps, losses {losses}")
+    if folder is not None:
+        primed.save_pretrained(folder)
+    return primed
+
+
+def load_saved_warm_start(folder: str | Path, dtype: Any) -> Any:
+    """The warm-started model saved in ``folder`` (``finish_warm_start``), or None when there is none."""
+    from transformers import AutoModelForCausalLM
+
+    if saved_model_kind(folder) != "full-model":
+        return None
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+
+
 def warm_start(
     model: Any,
     tokenizer: Any,
@@ -115,49 +154,24 @@ def warm_start(
 ) -> Any:
     """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
 
-    With LoRA profiles the adapter is merged back so GRPO starts its own adapter on the primed
-    weights. ``cache``: True (the run folder's ``warm_start/model``) or a folder; a primed model already
-    there is loaded instead of retrained, so a resumed run continues on exactly the same base.
+    The same steps notebook 04's learner writes out, in one call for scripts. ``cache``: True (the run
+    folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained.
     """
     from trl import SFTTrainer
-
-    from course_utils.cpu_allocator import reuse_freed_memory_callback
 
     p = get_profile(profile)
     if p.load_in_4bit:
         raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
-    folder = (default_run_dir(p) / WARM_START_DIRNAME / "model") if cache is True else (Path(cache) if cache else None)
-    if folder is not None and (folder / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(folder, dtype=model.dtype)
-    dataset = dataset if dataset is not None else warm_start_dataset(p)
-    started = time.perf_counter()
+    folder = warm_start_model_dir(default_run_dir(p)) if cache is True else (Path(cache) if cache else None)
+    if folder is not None and (saved := load_saved_warm_start(folder, model.dtype)) is not None:
+        return saved
     trainer = SFTTrainer(
         model=model,
         args=make_sft_config(p),
-        train_dataset=dataset,
+        train_dataset=dataset if dataset is not None else warm_start_dataset(p),
         processing_class=tokenizer,
-        # Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format
-        # habit wherever it lives, and the adapter is merged away before GRPO starts its own.
-        peft_config=make_lora_config(p.override(lora_top_layers=None), model),
-        callbacks=[reuse_freed_memory_callback()] if p.reuse_freed_memory else None,
+        peft_config=warm_start_lora_config(p, model),
+        callbacks=allocator_callbacks(p),
     )
     trainer.train()
-    primed = trainer.model
-    if hasattr(primed, "merge_and_unload"):
-        primed = primed.merge_and_unload()
-    losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
-    setattr(
-        primed.config,
-        WARM_START_MARKER,
-        {
-            "examples": len(dataset),
-            "steps": trainer.state.global_step,
-            "seconds": round(time.perf_counter() - started, 1),
-        },
-    )
-    print(f"warm start: {len(dataset)} examples, {trainer.state.global_step} steps, losses {losses}")
-    if folder is not None:
-        primed.save_pretrained(folder)
-    return primed
+    return finish_warm_start(trainer, folder)

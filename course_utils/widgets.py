@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from course_utils.grpo import frac_reward_zero_std, group_advantages
+from course_utils.plotting import figure_png, plot_group_advantages, plot_reward_totals
 from course_utils.rewards import (
     DEFAULT_WEIGHTS,
     REWARD_NAMES,
@@ -222,8 +223,6 @@ class RewardLab:
 
     def _render(self) -> None:
         """Redraw the table and both plots from ``self.result``."""
-        from course_utils.plotting import figure_png, plot_group_advantages, plot_reward_totals
-
         result = self.result
         self.table.value = result.table.round(3).to_html(index=False, border=0)
         self.totals_plot.value = figure_png(plot_reward_totals(result.totals, result.max_total))

@@ -69,7 +69,7 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
 
     from course_utils.models import ModelUnavailableError
     from course_utils.profiles import bf16_supported
-    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config, train
+    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
 
     bf16 = bf16_supported()
     profile = check_profile(setup, bf16, steps, offline=False)
@@ -82,7 +82,7 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     trainer = build_trainer(model, tokenizer, profile, config=config)
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    train(trainer)
+    trainer.train()
     figures = step_figures(trainer.state.log_history, profile.effective_batch_size)
     return {
         "model": profile.model_id,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate import PartialState
+from transformers.trainer_utils import get_last_checkpoint
 
 from course_utils.monitoring import save_run_artifacts
 from course_utils.profiles import Profile, get_profile, profile_names
@@ -30,7 +31,7 @@ from course_utils.training import (
     load_model_for_training,
     make_grpo_config,
     save_final,
-    train,
+    warm_start_model_dir,
 )
 from course_utils.warm_start import warm_start
 
@@ -99,11 +100,12 @@ def main(argv: list[str] | None = None) -> Path:
     model, tokenizer = load_model_for_training(profile)
     if profile.warm_start_examples:
         # One process caches the primed model for --resume; several would write the same files at once
-        cache = run_dir / "warm_start" / "model" if state.num_processes == 1 else False
+        cache = warm_start_model_dir(run_dir) if state.num_processes == 1 else False
         model = warm_start(model, tokenizer, profile, cache=cache)
     config = make_grpo_config(profile, run_dir, **overrides)
     trainer = build_trainer(model, tokenizer, profile, config=config)
-    train(trainer, resume=args.resume)
+    # transformers' own resume: the newest checkpoint-N of the run folder (None: none there, start at step 0)
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(run_dir)) if args.resume else None)
 
     final_dir = run_dir / "final"
     if state.is_main_process:

@@ -13,14 +13,14 @@ from course_utils.evaluation import (
     compare_results,
     evaluate_model,
     evaluate_one_at_a_time,
-    find_trained_model,
     fixed_and_broken,
     load_for_evaluation,
     records_dataframe,
     score_completions,
-    trained_model_dir,
     wilson_interval,
 )
+from course_utils.training import final_model_dir as trained_model_dir
+from course_utils.training import find_trained_model, warm_start_model_dir
 
 # --- Hand-written completions, each annotated with what it must count as -------------------------------------
 
@@ -493,11 +493,11 @@ def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tm
     """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
     from peft import LoraConfig, get_peft_model
 
-    from course_utils.evaluation import checkpoint_curve, load_curve, load_warm_start_model, save_curve, warm_start_dir
+    from course_utils.evaluation import checkpoint_curve, load_curve, load_warm_start_model, save_curve
 
     model, _ = model_and_tokenizer
     assert load_warm_start_model("ci", tmp_path) is None  # no warm start in this run
-    model.save_pretrained(warm_start_dir(tmp_path))
+    model.save_pretrained(warm_start_model_dir(tmp_path))
     warm, tokenizer = load_warm_start_model("ci", tmp_path)
     assert tokenizer.padding_side == "left" and not warm.training
     adapter = get_peft_model(warm, LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))

@@ -301,3 +301,68 @@ def test_check_02_split_solution(gsm8k_train):
 
     assert exercises.check_02_split_solution(split_solution, gsm8k_train)
     assert not exercises.check_02_split_solution(lambda text: tuple(text.split("####")), gsm8k_train)
+
+
+# --- 04 and 05 -------------------------------------------------------------------------------------------
+
+MONITORING_HISTORY = [
+    {"step": s, "reward": 0.4, "reward_std": 0.5, "completions/mean_length": 64.0,
+     "completions/clipped_ratio": 0.8, "frac_reward_zero_std": 0.1}
+    for s in range(1, 9)
+]  # fmt: skip
+
+
+def test_value_checks_of_04_and_05_accept_the_right_answers_only():
+    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
+    assert exercises.check_04_group_size_field("num_generations")
+    assert not exercises.check_04_group_size_field("beta") and not exercises.check_04_group_size_field("G")
+    assert exercises.check_04_monitoring_rule("clipped_high", MONITORING_HISTORY)
+    assert not exercises.check_04_monitoring_rule("kl_rising", MONITORING_HISTORY)
+    assert exercises.check_05_wilson_lower(0.22) and not exercises.check_05_wilson_lower(0.5)
+    assert exercises.check_05_problems_needed(380) and not exercises.check_05_problems_needed(100)
+    assert exercises.check_05_checker_matters(["1,000", "$1000", "1000.0"])
+    assert not exercises.check_05_checker_matters(["1000", "1,000"])
+
+
+def test_the_kl_field_is_no_longer_an_answer_of_04():
+    """06.2's answer is beta; no two exercises of the course share an answer."""
+    assert not hasattr(exercises, "check_04_kl_field")
+    assert not exercises.check_04_group_size_field("beta")
+
+
+def learner_generation_batch(batch, accumulation, num_generations):
+    if num_generations < 2 or batch < 1 or accumulation < 1:
+        raise ValueError("sizes")
+    completions = batch * accumulation
+    if completions % num_generations:
+        raise ValueError(f"{completions} completions are not whole groups of {num_generations}")
+    return completions
+
+
+def test_check_04_generation_batch(capsys):
+    assert exercises.check_04_generation_batch(learner_generation_batch)
+    assert not exercises.check_04_generation_batch(lambda b, a, g: b * a)  # never refuses
+    assert "6 x 1, groups of 4: not whole groups: the reference raises" in capsys.readouterr().out
+    assert not exercises.check_04_generation_batch(lambda b, a, g: b * a // g)  # prompts, not completions
+
+    def refuses_with_assert(b, a, g):
+        assert (b * a) % g == 0 and g > 1 and b > 0 and a > 0
+        return b * a
+
+    assert not exercises.check_04_generation_batch(refuses_with_assert)  # AssertionError is not a ValueError
+    assert not exercises.check_04_generation_batch("b * a")
+
+
+def learner_last_number(text):
+    found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return found[-1].replace(",", "") if found else ""
+
+
+def test_check_05_last_number(capsys):
+    assert exercises.check_05_last_number(learner_last_number)
+    first = lambda text: (re.findall(r"-?\d+", text) or [""])[0]  # noqa: E731
+    assert not exercises.check_05_last_number(first)
+    assert "several numbers, last wins" in capsys.readouterr().out
+    keeps_commas = lambda text: (re.findall(r"-?\d[\d,]*(?:\.\d+)?", text) or [""])[-1]  # noqa: E731
+    assert not exercises.check_05_last_number(keeps_commas)
+    assert not exercises.check_05_last_number(lambda text: None)

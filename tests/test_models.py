@@ -9,11 +9,13 @@ import torch
 
 from course_utils import models
 from course_utils.models import (
+    Generation,
     ModelUnavailableError,
-    generate_reply,
+    greedy_generate,
     load_model_and_tokenizer,
     materialize_offline_model,
     materialized_model_dir,
+    saved_model_kind,
 )
 
 
@@ -60,11 +62,55 @@ def test_weights_match_the_gguf_file():
         torch.testing.assert_close(plain.state_dict()[name], gguf_model.state_dict()[name])
 
 
+QUESTION = [{"role": "user", "content": "What is 2 + 3?"}]
+LONGER = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Name a colour, please."}]
+
+
 def test_model_answers_through_the_chat_template(offline_model_and_tokenizer):
     model, tokenizer = offline_model_and_tokenizer
-    reply = generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], max_new_tokens=12)
-    assert isinstance(reply, str) and reply.strip()
-    assert reply == generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], 12)
+    (reply,) = greedy_generate(model, tokenizer, [QUESTION], max_new_tokens=12)
+    assert isinstance(reply, Generation) and reply.text.strip()
+    assert 0 < reply.tokens <= 12 and reply.truncated == (reply.tokens == 12)
+    assert reply == greedy_generate(model, tokenizer, [QUESTION], 12)[0]  # greedy: the same text every time
+
+
+def test_a_batch_gives_each_chat_its_own_reply(offline_model_and_tokenizer):
+    """Left padding: the shorter prompt of a batch gets the reply it gets alone."""
+    model, tokenizer = offline_model_and_tokenizer
+    tokenizer.padding_side = "right"  # the helper pads on the left whatever the tokenizer says
+    try:
+        together = greedy_generate(model, tokenizer, [QUESTION, LONGER], max_new_tokens=6)
+    finally:
+        tokenizer.padding_side = "left"
+    alone = [greedy_generate(model, tokenizer, [chat], max_new_tokens=6)[0] for chat in (QUESTION, LONGER)]
+    assert [g.text for g in together] == [g.text for g in alone]
+    assert model.training is False
+
+
+def test_greedy_generate_restores_training_mode_and_refuses_bad_input(offline_model_and_tokenizer):
+    model, tokenizer = offline_model_and_tokenizer
+    assert greedy_generate(model, tokenizer, [], 4) == []
+    with pytest.raises(TypeError, match="list of chats"):
+        greedy_generate(model, tokenizer, QUESTION, 4)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_new_tokens"):
+            greedy_generate(model, tokenizer, [QUESTION], bad)
+    model.train()
+    try:
+        greedy_generate(model, tokenizer, [QUESTION], 2)
+        assert model.training
+    finally:
+        model.eval()
+
+
+def test_saved_model_kind(tmp_path):
+    assert saved_model_kind(None) is None
+    assert saved_model_kind(tmp_path / "missing") is None
+    assert saved_model_kind(tmp_path) is None  # an empty folder is not a model
+    (tmp_path / "config.json").write_text("{}")
+    assert saved_model_kind(tmp_path) == "full-model"
+    (tmp_path / "adapter_config.json").write_text("{}")
+    assert saved_model_kind(tmp_path) == "lora-adapter"
 
 
 def test_hub_profile_offline_gives_a_clear_message(monkeypatch):
@@ -112,7 +158,7 @@ def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
     assert "damaged" in said and str(copy) in said and "Rebuilding" in said
     assert models.cached_model_problem(copy) is None
     assert not copy.with_name(copy.name + ".partial").exists()
-    assert generate_reply(model, tokenizer, [{"role": "user", "content": "What is 2 + 3?"}], max_new_tokens=4)
+    assert greedy_generate(model, tokenizer, [QUESTION], max_new_tokens=4)[0].text
 
 
 

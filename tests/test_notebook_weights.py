@@ -2,7 +2,8 @@
 
 The cells are the notebooks' own (found by what they contain), run in two separate kernels as a learner runs
 two notebooks: notebook 03 imports, builds the lab, a learner moves two sliders, the save cell writes the
-file; then notebook 04's config cell builds ``GRPOConfig`` and the test reads its ``reward_weights``.
+file; then notebook 04's set-up cell and its config cell (the learner's ``GRPOConfig(...)``, checked against the
+package's) run, and the test reads the config's ``reward_weights``.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _run(sources: list[str]) -> str:
 
 
 def _notebook_04_weights() -> list[float]:
-    config_cell = _cell("04_train_grpo.ipynb", "reward_weights = load_weights()")
-    printed = _run([config_cell, "import json\nprint(json.dumps(list(config.reward_weights)))"])
+    setup_cell = _cell("04_train_grpo.ipynb", "profile = get_profile()")  # imports, the profile read once
+    config_cell = _cell("04_train_grpo.ipynb", "reward_weights = load_weights()")  # GRPOConfig(...), checked
+    printed = _run([setup_cell, config_cell, "import json\nprint(json.dumps(list(config.reward_weights)))"])
     return json.loads(printed.strip().splitlines()[-1])
 
 

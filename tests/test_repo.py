@@ -167,6 +167,8 @@ LESSON_CODE = {
         "build_prompt": "check_02_build_prompt",
         "to_grpo_row": "check_02_mapping",
     },
+    "04_train_grpo": {"generation_batch": "check_04_generation_batch"},
+    "05_evaluate": {"evaluate_loop": "check_evaluation_loop", "last_number": "check_05_last_number"},
 }
 
 
@@ -180,3 +182,34 @@ def test_lesson_code_is_written_in_cells_and_checked(name):
     assert "getsource" not in source, f"{name} prints source instead of teaching it"
     long_cells = [len(text.split()) for text in markdown(notebook) if len(text.split()) > 250]
     assert not long_cells, f"{name} has markdown cells of {long_cells} words (at most 250)"
+
+
+# The library calls notebook 04's and 05's learner writes out in cells, each followed by its check
+LESSON_CALLS = {
+    "04_train_grpo": {
+        "SFTConfig(": "lesson_checks.check_sft_config(sft_config",
+        "SFTTrainer(": "sft_trainer.train()",
+        "GRPOConfig(": "lesson_checks.check_grpo_config(config",
+        "LoraConfig(": "lesson_checks.check_lora_config(lora",
+        "GRPOTrainer(": "lesson_checks.check_grpo_trainer(trainer",
+        "trainer.train(resume_from_checkpoint=": "get_last_checkpoint(",
+    },
+    "05_evaluate": {".generate(": 'padding_side="left"', "apply_chat_template(": "extract_xml_answer(completion)"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LESSON_CALLS))
+def test_library_calls_are_written_in_cells_and_checked(name):
+    source = "\n".join(code_cells(load(REPO / "notebooks" / f"{name}.ipynb")))
+    for call, companion in LESSON_CALLS[name].items():
+        assert call in source and companion in source, f"{name}: {call!r} with {companion!r} is not in a code cell"
+    assert "training.train(" not in source and "getsource" not in source
+
+
+@pytest.mark.parametrize("name", ["04_train_grpo", "05_evaluate", "99_appendix_cpu_speed"])
+def test_engineering_detail_stays_out_of_the_lesson_text(name):
+    """Markdown cells stay short and speak of memory reuse, not of the C library's internals."""
+    texts = markdown(load(REPO / "notebooks" / f"{name}.ipynb"))
+    assert all(len(text.split()) <= 250 for text in texts), [len(t.split()) for t in texts if len(t.split()) > 250]
+    for word in ("malloc", "page fault"):
+        assert not any(word in text.lower() for text in texts), f"{name} mentions {word!r}"

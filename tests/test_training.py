@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
 
 from course_utils import hardware, training
 from course_utils.group_generation import INSTALLED_FLAG
@@ -284,7 +286,7 @@ def test_ci_run_end_to_end(gsm8k_env):
     names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
     assert names.index("ReuseFreedMemory") < names.index("LiveDashboard"), names  # released inside the step
     assert "GroupGeneration" in names
-    training.train(trainer)
+    trainer.train()
     assert trainer.state.global_step == profile.max_steps
     assert getattr(trainer.model, INSTALLED_FLAG), "the trainer's model samples through group_generation"
     assert dashboard.redraws == profile.max_steps
@@ -322,12 +324,12 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
     model, tokenizer = load_model_and_tokenizer(profile)
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[_Crash(at_step=3)])
     with pytest.raises(KeyboardInterrupt):
-        training.train(trainer)
-    assert training.latest_checkpoint(run_dir).name == "checkpoint-2"
+        trainer.train(resume_from_checkpoint=get_last_checkpoint(str(run_dir)))  # None: nothing to resume yet
+    assert Path(get_last_checkpoint(str(run_dir))).name == "checkpoint-2"
 
     model, tokenizer = load_model_and_tokenizer(profile)
     resumed = training.build_trainer(model, tokenizer, profile)
-    training.train(resumed, resume=True)
+    resumed.train(resume_from_checkpoint=get_last_checkpoint(str(run_dir)))  # transformers' own resume
     assert resumed.state.global_step == profile.max_steps
     steps = [e["step"] for e in training_logs(resumed.state.log_history)]
     assert steps == [1, 2, 3, 4], "log history keeps the steps before the kill, once each"
@@ -361,7 +363,7 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     trainer = training.build_trainer(model, tokenizer, profile)
     callbacks = {type(callback).__name__ for callback in trainer.callback_handler.callbacks}
     assert "ReuseFreedMemory" not in callbacks, "GPU profiles leave the C allocator alone"
-    training.train(trainer)
+    trainer.train()
     folder = training.save_final(trainer, tokenizer)
     assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").is_file()
     reloaded = PeftModel.from_pretrained(build_tiny_random_model(), folder)
@@ -389,7 +391,7 @@ def test_vllm_colocate_fields_are_real_grpo_fields(monkeypatch, tmp_path):
     assert kwargs["use_vllm"] and kwargs["vllm_mode"] == "colocate"
     assert kwargs["vllm_gpu_memory_utilization"] == get_profile("gpu").vllm_gpu_memory_utilization
     assert {"use_vllm", "vllm_mode", "vllm_gpu_memory_utilization"} <= set(GRPOConfig.__dataclass_fields__)
-    assert "vllm_mode" not in grpo_config_kwargs("colab-t4", tmp_path), "the T4 profile generates with transformers"
+    assert not grpo_config_kwargs("colab-t4", tmp_path)["use_vllm"], "the T4 profile generates with transformers"
 
 
 def test_missing_vllm_is_said_when_the_profile_asks_for_it(tmp_path, capsys):
@@ -427,7 +429,7 @@ def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_mo
         max_completion_length=8, save_steps=100,
     )
     trainer = training.build_trainer(build_tiny_random_model(), tokenizer, profile)
-    training.train(trainer)
+    trainer.train()
     events = sorted((gsm8k_env / "outputs" / "grpo-ci" / "runs").rglob("events.out.tfevents.*"))
     assert events, "no TensorBoard event files in the run folder"
     reader = EventAccumulator(str(events[0].parent))
