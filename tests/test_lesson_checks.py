@@ -82,12 +82,17 @@ def test_lora_config_check(offline_model_and_tokenizer):
 
 @pytest.fixture
 def tiny_setup(gsm8k_env, offline_model_and_tokenizer):
-    """A profile the tiny random model fits (2 layers: LoRA in all), its config, LoRA, data and tokenizer."""
+    """A profile the tiny random model fits (2 layers: LoRA in all), its config, LoRA, data and tokenizer.
+
+    The model is saved first: without LoRA and with ``beta > 0`` TRL loads the reference model from its path.
+    """
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("ci").override(
         lora_top_layers=None, max_prompt_tokens=None, train_size=4, max_completion_length=8, max_steps=1
     )
     model = build_tiny_random_model()
+    model.save_pretrained(gsm8k_env / "tiny")
+    model.config._name_or_path = str(gsm8k_env / "tiny")
     lora = training.make_lora_config(profile, model)
     config = training.make_grpo_config(profile)
     data = training.training_dataset(profile)
@@ -131,7 +136,7 @@ def learner_loop(model, tokenizer, problems, batch_size, max_new_tokens, whole_s
     records = []
     for start in range(0, len(problems), batch_size):
         batch = problems.select(range(start, min(start + batch_size, len(problems))))
-        texts = tokenizer.apply_chat_template(batch["prompt"], add_generation_prompt=True, tokenize=False)
+        texts = tokenizer.apply_chat_template(list(batch["prompt"]), add_generation_prompt=True, tokenize=False)
         inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
         with torch.inference_mode():
             output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
