@@ -127,7 +127,7 @@ def test_exercise_checks_for_notebook_04(capsys):
 
     history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
     assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
-    assert exercises.check_04_kl_field(" beta ") and not exercises.check_04_kl_field("kl_coef")
+    assert exercises.check_04_group_size_field(" num_generations ") and not exercises.check_04_group_size_field("beta")
     assert exercises.check_04_monitoring_rule("clipped_high", history)
     assert not exercises.check_04_monitoring_rule("kl_rising", history)
     assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
