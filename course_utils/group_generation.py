@@ -65,6 +65,13 @@ def lora_layers(model: Any) -> list[Any]:
     return [module for module in model.modules() if isinstance(module, LoraLayer) and module.active_adapters]
 
 
+def foldable(layer: Any) -> bool:
+    """Whether a LoRA layer's delta can be added into a copy of its base weight: a plain floating-point
+    ``nn.Linear`` can, a quantized base (4-bit on a GPU) cannot, and then the adapters run as usual."""
+    base = layer.get_base_layer()
+    return type(base) is torch.nn.Linear and base.weight.is_floating_point()
+
+
 @contextmanager
 def adapters_folded_in(model: Any) -> Iterator[Any]:
     """Inside: the adapters added into copies of their base weights, and ``model`` run without adapters.
@@ -73,7 +80,7 @@ def adapters_folded_in(model: Any) -> Iterator[Any]:
     nothing is lost to rounding (folding then unfolding bf16 weights would not give them back exactly).
     """
     layers = lora_layers(model)
-    if not layers or not hasattr(model, "disable_adapter"):
+    if not layers or not all(map(foldable, layers)) or not hasattr(model, "disable_adapter"):
         yield model
         return
     originals = []

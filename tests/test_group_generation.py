@@ -137,3 +137,13 @@ def test_a_model_without_adapters_generates_as_before():
 def test_callback_needs_the_trainers_model():
     with pytest.raises(ValueError, match="GRPOTrainer\\(callbacks="):
         gg.GroupGeneration().on_train_begin(None, None, None)
+
+
+def test_only_plain_float_linear_layers_are_folded():
+    model = lora_model()
+    assert all(gg.foldable(layer) for layer in gg.lora_layers(model))
+    layer = gg.lora_layers(model)[0]
+    layer.get_base_layer().weight.data = layer.get_base_layer().weight.data.to(torch.int8)
+    assert not gg.foldable(layer)
+    with gg.adapters_folded_in(model) as plain:
+        assert plain is model and not layer.disable_adapters  # a layer it cannot fold: adapters run as usual
