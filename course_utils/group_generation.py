@@ -49,7 +49,7 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: tor
     sizes = group_sizes(input_ids, attention_mask)
     if len(set(sizes)) != 1 or sizes[0] == 1 or input_ids.shape[1] < 2:
         return None
-    firsts = torch.tensor([sum(sizes[:i]) for i in range(len(sizes))])
+    firsts = torch.arange(0, input_ids.shape[0], sizes[0])  # the first row of each (equal-sized) group
     ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     output = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
@@ -115,10 +115,8 @@ def install(model: Any) -> Any:
         return model
     original = model.generate
 
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        if args:
-            kwargs["input_ids"] = args[0]
-        return group_generate(model, original, **kwargs)
+    def generate(input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        return group_generate(model, original, input_ids=input_ids, **kwargs)
 
     model.generate = generate
     setattr(model, INSTALLED_FLAG, True)
