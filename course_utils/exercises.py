@@ -572,7 +572,7 @@ def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:
     try:
         from course_utils.monitoring import monitor
 
-        fired = {finding.rule for finding in monitor(log_history)}
+        fired = {finding.code for finding in monitor(log_history)}
     except (TypeError, ValueError) as exc:
         print(f"⚠️ 04.3: could not read the log history ({exc}); pass the one the notebook built.")
         return False

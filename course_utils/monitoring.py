@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 from transformers import TrainerCallback
+
+from course_utils.findings import Finding
 
 
 def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -165,17 +166,9 @@ THRESHOLDS: dict[str, float] = {
 WINDOW = 5
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One thing the monitoring rules noticed: which rule, at which step, what it means, what to do."""
-
-    rule: str
-    step: int
-    message: str
-    advice: str
-
-    def __str__(self) -> str:
-        return f"[{self.rule}] step {self.step}: {self.message} -> {self.advice}"
+def _finding(rule: str, step: int, message: str, advice: str) -> Finding:
+    """A monitoring rule's finding: a warning about the run at ``step`` (the rule's name is its code)."""
+    return Finding("warning", rule, message, advice, step=step)
 
 
 def _series(logs: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -211,7 +204,7 @@ def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
         else "; frac_reward_zero_std (the within-group signal) was not logged"
     )
     return [
-        Finding(
+        _finding(
             "reward_std_low",
             step,
             f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward {reward:.2f}: "
@@ -229,7 +222,7 @@ def _check_length_jump(logs: list[dict[str, Any]]) -> list[Finding]:
         before = median(v for _, v in series[max(0, i - WINDOW) : i])
         if value >= THRESHOLDS["length_jump_ratio"] * before and value - before >= THRESHOLDS["length_jump_tokens"]:
             return [
-                Finding(
+                _finding(
                     "length_jump",
                     step,
                     f"mean completion length jumped from ~{before:.0f} to {value:.0f} tokens",
@@ -249,7 +242,7 @@ def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
     grows = values[-1] > THRESHOLDS["kl_rise_factor"] * max(values[0], 1e-4)
     if rises >= THRESHOLDS["kl_rise_fraction"] and grows:
         return [
-            Finding(
+            _finding(
                 "kl_rising",
                 series[-1][0],
                 f"kl rose steadily from {values[0]:.4f} to {values[-1]:.4f}",
@@ -267,7 +260,7 @@ def _recent_above_threshold(
     if recent is None or recent[1] <= THRESHOLDS[rule]:
         return []
     step, value = recent
-    return [Finding(rule, step, message.format(value=value), advice)]
+    return [_finding(rule, step, message.format(value=value), advice)]
 
 
 def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:

@@ -53,8 +53,8 @@ def test_healthy_history_has_no_findings():
 )
 def test_each_rule_fires(series, rule):
     findings = monitor(_history(**series))
-    assert [f.rule for f in findings] == [rule]
-    assert isinstance(findings[0], Finding) and findings[0].advice
+    assert [f.code for f in findings] == [rule]
+    assert isinstance(findings[0], Finding) and findings[0].fix
     assert rule in describe_findings(findings)
 
 
@@ -80,7 +80,7 @@ def test_high_batch_std_with_flat_groups_is_caught_by_the_group_rule():
         reward_std=[torch.tensor(batch).std().item()] * 10,
         frac_reward_zero_std=[frac_reward_zero_std(batch, num_generations=4)] * 10,
     )
-    assert [f.rule for f in monitor(history)] == ["zero_std_high"]
+    assert [f.code for f in monitor(history)] == ["zero_std_high"]
 
 
 def test_flat_kl_does_not_fire():
