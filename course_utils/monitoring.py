@@ -8,6 +8,7 @@
 - ``save_run_artifacts`` / ``load_log_history``: ``log_history.csv`` and ``dashboard.png``, and back;
 - ``compare_runs``: one metric of several saved runs, side by side (TensorBoard does it live with ``report_to``);
 - ``monitor`` / ``describe_findings``: the monitoring rules as code, each finding with what to do;
+- ``flat_reward_cause``: why a reward stays flat (truncation, groups without signal), from those rules;
 - ``reward_fifths``: the lab's "did it learn" numbers (first fifth of the steps against the last).
 """
 
@@ -302,6 +303,20 @@ def describe_findings(findings: Sequence[Finding]) -> str:
     if not findings:
         return "Monitoring: no rule fired (reward_std, length, kl, zero-std groups, clipping all look fine)."
     return "\n".join(["Monitoring findings:", *(f"  - {finding}" for finding in findings)])
+
+
+def flat_reward_cause(log_history: Sequence[Mapping[str, Any]]) -> str:
+    """Why a reward stays flat, from the last ``WINDOW`` training logs: ``"truncated"``, ``"no_signal"`` or ``"ok"``.
+
+    Truncation first: completions cut off before ``</answer>`` all score alike, so it is the cause of the
+    equal groups, not a second problem. A metric that was never logged counts as fine.
+    """
+    codes = {finding.code for finding in monitor(log_history)}
+    if "clipped_high" in codes:
+        return "truncated"
+    if "zero_std_high" in codes:
+        return "no_signal"
+    return "ok"
 
 
 # --- Reward summary for the lab ---------------------------------------------------------------------

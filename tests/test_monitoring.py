@@ -9,6 +9,7 @@ from course_utils.monitoring import (
     Finding,
     LiveDashboard,
     describe_findings,
+    flat_reward_cause,
     load_log_history,
     monitor,
     reward_fifths,
@@ -165,3 +166,21 @@ def test_compare_runs_names_what_is_missing(tmp_path):
         compare_runs([tmp_path / "empty"])
     with pytest.raises(ValueError, match="at least one run folder"):
         compare_runs([])
+
+
+@pytest.mark.parametrize(
+    ("series", "cause"),
+    [
+        ({}, "ok"),
+        ({"completions/clipped_ratio": [1.0] * 10, "frac_reward_zero_std": [1.0] * 10}, "truncated"),
+        ({"frac_reward_zero_std": [0.9] * 10}, "no_signal"),
+        ({"completions/clipped_ratio": [1.0] * 5 + [0.0] * 5}, "ok"),  # only the last five steps count
+    ],
+)
+def test_flat_reward_cause(series, cause):
+    assert flat_reward_cause(_history(**series)) == cause
+
+
+def test_flat_reward_cause_names_bad_input():
+    with pytest.raises(TypeError, match="log_history must be a list"):
+        flat_reward_cause("log_history.csv")
