@@ -34,16 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.answer_format import SYSTEM_PROMPT, XML_TEMPLATE
+from course_utils.answer_format import extract_xml_answer as extract_xml_answer  # read back by notebook 02
 from course_utils.paths import data_dir, output_dir
 from course_utils.profiles import hub_reachable
-
-SYSTEM_PROMPT = """Respond in the following format:
-<reasoning>
-...
-</reasoning>
-<answer>
-...
-</answer>"""
 
 HUB_DATASET = ("openai/gsm8k", "main")
 # The bundled sample: 64 problems written for the course (not copied from GSM8K) in the exact GSM8K
@@ -101,23 +95,6 @@ def extract_hash_answer(text: str) -> str:
 def extract_reasoning(text: str) -> str:
     """The reference solution without its final ``#### answer`` line."""
     return text.split("####", 1)[0].strip()
-
-
-def extract_xml_answer(text: str | None) -> str:
-    """The content of the last complete ``<answer>...</answer>`` block, stripped; ``""`` when none.
-
-    ``str.rfind`` instead of a regex: linear time on any input, so a 1 MB completion full of tags
-    cannot stall a reward. A non-string (``None`` from a failed generation, say) holds no answer.
-    """
-    if not isinstance(text, str):
-        return ""
-    end = text.rfind("</answer>")
-    if end == -1:
-        return ""
-    start = text.rfind("<answer>", 0, end)
-    if start == -1:
-        return ""
-    return text[start + len("<answer>") : end].strip()
 
 
 def build_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> list[dict[str, str]]:
@@ -597,9 +574,6 @@ def continuation_probability(model: Any, tokenizer: Any, messages: list[dict[str
 
 
 # --- Token lengths ------------------------------------------------------------------------------------
-
-XML_TEMPLATE = "<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{answer}\n</answer>"
-
 
 @dataclass(frozen=True)
 class TokenLengthStats:

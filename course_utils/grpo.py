@@ -20,7 +20,7 @@ import contextlib
 import functools
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -412,6 +412,39 @@ def trl_policy_loss(trainer: Any, case: LossCase) -> torch.Tensor:
         return trainer._compute_loss(trainer.model, case.inputs)
 
 
+def _message_text(completion: Any) -> str:
+    """A completion's text for tokenizing its ids: a string, or the contents of TRL's list of messages."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content") or "") for m in completion if isinstance(m, dict))
+
+
+def trl_reward_values(
+    reward_func: Callable[..., Any], prompts: Sequence[Any], completions: Sequence[Any], **columns: Sequence[Any]
+) -> list[float]:
+    """The rewards the installed TRL gets from ``reward_func``: ``GRPOTrainer._calculate_rewards`` calls it.
+
+    TRL passes ``prompts``, ``completions``, ``completion_ids``, every dataset column (``columns``, one value
+    per completion), ``trainer_state``, ``log_extra`` and ``log_metric``; a ``None`` reward becomes NaN, and a
+    wrong number of rewards is TRL's own ``ValueError``. Whatever the function raises, TRL raises too.
+    """
+    if len(prompts) != len(completions) or any(len(v) != len(completions) for v in columns.values()):
+        raise ValueError("prompts and every column need one entry per completion")
+    trainer = trl_trainer(4)
+    tokenizer = trainer.processing_class
+    completion_ids = [tokenizer(_message_text(c), add_special_tokens=False)["input_ids"] for c in completions]
+    inputs = [{"prompt": p, **{k: v[i] for k, v in columns.items()}} for i, p in enumerate(prompts)]
+    own = trainer.reward_funcs, trainer.reward_func_names
+    trainer.reward_funcs = [reward_func]
+    trainer.reward_func_names = [getattr(reward_func, "__name__", "reward_func")]
+    try:
+        with _quiet():
+            rewards = trainer._calculate_rewards(inputs, list(prompts), list(completions), completion_ids)
+    finally:
+        trainer.reward_funcs, trainer.reward_func_names = own
+    return rewards[:, 0].tolist()
+
+
 __all__ = [
     "LOSS_TYPES",
     "SCALES",
@@ -428,5 +461,6 @@ __all__ = [
     "trl_group_advantages",
     "trl_loss_case",
     "trl_policy_loss",
+    "trl_reward_values",
     "trl_trainer",
 ]

@@ -8,6 +8,7 @@
 - ``save_run_artifacts`` / ``load_log_history``: ``log_history.csv`` and ``dashboard.png``, and back;
 - ``compare_runs``: one metric of several saved runs, side by side (TensorBoard does it live with ``report_to``);
 - ``monitor`` / ``describe_findings``: the monitoring rules as code, each finding with what to do;
+- ``flat_reward_cause``: why a reward stays flat (truncation, groups without signal), from those rules;
 - ``reward_fifths``: the lab's "did it learn" numbers (first fifth of the steps against the last).
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from statistics import median
@@ -25,6 +25,8 @@ from transformers import TrainerCallback
 from transformers.utils import is_in_notebook
 
 from course_utils.plotting import plot_training_dashboard
+
+from course_utils.findings import Finding
 
 
 def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -155,17 +157,9 @@ THRESHOLDS: dict[str, float] = {
 WINDOW = 5
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One thing the monitoring rules noticed: which rule, at which step, what it means, what to do."""
-
-    rule: str
-    step: int
-    message: str
-    advice: str
-
-    def __str__(self) -> str:
-        return f"[{self.rule}] step {self.step}: {self.message} -> {self.advice}"
+def _finding(rule: str, step: int, message: str, advice: str) -> Finding:
+    """A monitoring rule's finding: a warning about the run at ``step`` (the rule's name is its code)."""
+    return Finding("warning", rule, message, advice, step=step)
 
 
 def _series(logs: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -201,7 +195,7 @@ def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
         else "; frac_reward_zero_std (the within-group signal) was not logged"
     )
     return [
-        Finding(
+        _finding(
             "reward_std_low",
             step,
             f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward {reward:.2f}: "
@@ -219,7 +213,7 @@ def _check_length_jump(logs: list[dict[str, Any]]) -> list[Finding]:
         before = median(v for _, v in series[max(0, i - WINDOW) : i])
         if value >= THRESHOLDS["length_jump_ratio"] * before and value - before >= THRESHOLDS["length_jump_tokens"]:
             return [
-                Finding(
+                _finding(
                     "length_jump",
                     step,
                     f"mean completion length jumped from ~{before:.0f} to {value:.0f} tokens",
@@ -239,7 +233,7 @@ def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
     grows = values[-1] > THRESHOLDS["kl_rise_factor"] * max(values[0], 1e-4)
     if rises >= THRESHOLDS["kl_rise_fraction"] and grows:
         return [
-            Finding(
+            _finding(
                 "kl_rising",
                 series[-1][0],
                 f"kl rose steadily from {values[0]:.4f} to {values[-1]:.4f}",
@@ -257,7 +251,7 @@ def _recent_above_threshold(
     if recent is None or recent[1] <= THRESHOLDS[rule]:
         return []
     step, value = recent
-    return [Finding(rule, step, message.format(value=value), advice)]
+    return [_finding(rule, step, message.format(value=value), advice)]
 
 
 def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
@@ -299,6 +293,20 @@ def describe_findings(findings: Sequence[Finding]) -> str:
     if not findings:
         return "Monitoring: no rule fired (reward_std, length, kl, zero-std groups, clipping all look fine)."
     return "\n".join(["Monitoring findings:", *(f"  - {finding}" for finding in findings)])
+
+
+def flat_reward_cause(log_history: Sequence[Mapping[str, Any]]) -> str:
+    """Why a reward stays flat, from the last ``WINDOW`` training logs: ``"truncated"``, ``"no_signal"`` or ``"ok"``.
+
+    Truncation first: completions cut off before ``</answer>`` all score alike, so it is the cause of the
+    equal groups, not a second problem. A metric that was never logged counts as fine.
+    """
+    codes = {finding.code for finding in monitor(log_history)}
+    if "clipped_high" in codes:
+        return "truncated"
+    if "zero_std_high" in codes:
+        return "no_signal"
+    return "ok"
 
 
 # --- Reward summary for the lab ---------------------------------------------------------------------

@@ -26,32 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_utils import data
+from course_utils.findings import SEVERITIES, Finding
 from course_utils.hardware import cpu_supports_bf16
 from course_utils.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
 from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
 from course_utils.training import build_trainer, load_model_for_training, make_grpo_config, vllm_available
 
-SEVERITIES = ("error", "warning", "info")
 COMPLETION_PERCENTILE = 90
 MEMORY_TIGHT_FRACTION = 0.9
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem (or remark) about a planned run: how bad, a short id, what is wrong, how to fix it."""
-
-    severity: str
-    code: str
-    message: str
-    fix: str
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
-
-    def __str__(self) -> str:
-        return f"[{self.severity}] {self.code}: {self.message} Fix: {self.fix}"
 
 
 class PreflightError(RuntimeError):

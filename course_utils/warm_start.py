@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from course_utils.answer_format import format_answer
 from course_utils.data import build_prompt, extract_hash_answer, extract_reasoning, load_gsm8k
 from course_utils.models import saved_model_kind
 from course_utils.profiles import Profile, get_profile
@@ -43,13 +44,12 @@ def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
     lines = [re.sub(r"<<[^<>]*>>", "", line).strip() for line in extract_reasoning(solution).splitlines()]
     reasoning = "\n".join(line for line in lines if line)
     reasoning = "\n".join(reasoning.splitlines()[:reasoning_lines])
-    return f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{extract_hash_answer(solution)}\n</answer>"
+    return format_answer(reasoning, extract_hash_answer(solution))
 
 
 def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
     """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
     from datasets import Dataset
-
 
     p = get_profile(profile)
     if p.warm_start_examples < 1:

@@ -26,8 +26,8 @@ from course_utils.rewards import (
     max_total_reward,
     resolve_weights,
     reward_points,
+    reward_table,
     save_weights,
-    score_completions,
 )
 from course_utils.rewards.shaping import STAGES
 from course_utils.rewards.weights import Weights
@@ -120,7 +120,7 @@ def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequen
     if not bank:
         raise ValueError("the sample bank is empty: pass at least one Sample")
     values = resolve_weights(weights)
-    table = score_completions([s.completion for s in bank], [s.answer for s in bank], values, stage=stage)
+    table = reward_table([s.completion for s in bank], [s.answer for s in bank], values, stage=stage)
     table.insert(0, "label", [s.label for s in bank])
     table = table.drop(columns="completion")
     table["advantage"] = group_advantages(table[TOTAL_COLUMN].tolist(), num_generations=len(bank)).tolist()

@@ -7,6 +7,8 @@ batches we choose), and compare with the by-hand functions. A change in the inst
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -22,6 +24,7 @@ from course_utils.grpo import (
     trl_group_advantages,
     trl_loss_case,
     trl_policy_loss,
+    trl_reward_values,
     trl_trainer,
 )
 
@@ -206,3 +209,28 @@ def test_loss_bad_input():
         grpo_policy_loss(logps, old, adv, mask[:, :3])
     with pytest.raises(ValueError, match="max_completion_length"):
         grpo_policy_loss(logps, old, adv, mask, loss_type="dr_grpo")
+
+
+# --- a reward function, called by TRL's own reward code ------------------------------------------------
+
+
+def test_trl_reward_values_runs_trls_call_with_every_keyword():
+    seen = {}
+
+    def reward(prompts, completions, completion_ids, answer, trainer_state, **kwargs):
+        seen.update(kwargs, answer=answer, ids=completion_ids, state=trainer_state)
+        return [1.0, None]
+
+    values = trl_reward_values(reward, ["p1", "p2"], ["a b", "c"], answer=["1", "2"], reasoning=["r1", "r2"])
+    assert values[0] == 1.0 and math.isnan(values[1])  # TRL turns None into NaN
+    assert seen["answer"] == ["1", "2"] and seen["reasoning"] == ["r1", "r2"] and "log_metric" in seen
+    assert all(isinstance(ids, list) and ids for ids in seen["ids"]) and seen["state"] is not None
+
+
+def test_trl_reward_values_reports_trls_errors():
+    with pytest.raises(ValueError, match="returned 1 rewards, but 2 were expected"):
+        trl_reward_values(lambda completions, **kw: [0.0], ["p", "q"], ["a", "b"])
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        trl_reward_values(lambda completions: [0.0, 0.0], ["p", "q"], ["a", "b"])
+    with pytest.raises(ValueError, match="one entry per completion"):
+        trl_reward_values(lambda completions, **kw: [0.0], ["p"], ["a"], answer=["1", "2"])

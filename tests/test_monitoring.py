@@ -9,6 +9,7 @@ from course_utils.monitoring import (
     Finding,
     LiveDashboard,
     describe_findings,
+    flat_reward_cause,
     load_log_history,
     monitor,
     reward_fifths,
@@ -53,8 +54,8 @@ def test_healthy_history_has_no_findings():
 )
 def test_each_rule_fires(series, rule):
     findings = monitor(_history(**series))
-    assert [f.rule for f in findings] == [rule]
-    assert isinstance(findings[0], Finding) and findings[0].advice
+    assert [f.code for f in findings] == [rule]
+    assert isinstance(findings[0], Finding) and findings[0].fix
     assert rule in describe_findings(findings)
 
 
@@ -80,7 +81,7 @@ def test_high_batch_std_with_flat_groups_is_caught_by_the_group_rule():
         reward_std=[torch.tensor(batch).std().item()] * 10,
         frac_reward_zero_std=[frac_reward_zero_std(batch, num_generations=4)] * 10,
     )
-    assert [f.rule for f in monitor(history)] == ["zero_std_high"]
+    assert [f.code for f in monitor(history)] == ["zero_std_high"]
 
 
 def test_flat_kl_does_not_fire():
@@ -165,3 +166,21 @@ def test_compare_runs_names_what_is_missing(tmp_path):
         compare_runs([tmp_path / "empty"])
     with pytest.raises(ValueError, match="at least one run folder"):
         compare_runs([])
+
+
+@pytest.mark.parametrize(
+    ("series", "cause"),
+    [
+        ({}, "ok"),
+        ({"completions/clipped_ratio": [1.0] * 10, "frac_reward_zero_std": [1.0] * 10}, "truncated"),
+        ({"frac_reward_zero_std": [0.9] * 10}, "no_signal"),
+        ({"completions/clipped_ratio": [1.0] * 5 + [0.0] * 5}, "ok"),  # only the last five steps count
+    ],
+)
+def test_flat_reward_cause(series, cause):
+    assert flat_reward_cause(_history(**series)) == cause
+
+
+def test_flat_reward_cause_names_bad_input():
+    with pytest.raises(TypeError, match="log_history must be a list"):
+        flat_reward_cause("log_history.csv")

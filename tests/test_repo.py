@@ -167,6 +167,13 @@ LESSON_CODE = {
         "build_prompt": "check_02_build_prompt",
         "to_grpo_row": "check_02_mapping",
     },
+    "03_reward_functions": {
+        "correctness_reward_func": "check_03_correctness",
+        "int_reward_func": "check_03_int",
+        "strict_format_reward_func": "check_03_strict_format",
+        "soft_format_reward_func": "check_03_soft_format",
+        "xmlcount_reward_func": "check_03_xmlcount",
+    },
     "04_train_grpo": {"generation_batch": "check_04_generation_batch"},
     "05_evaluate": {"evaluate_loop": "check_evaluation_loop", "last_number": "check_05_last_number"},
 }

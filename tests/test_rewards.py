@@ -451,7 +451,7 @@ def test_bad_weights_say_what_is_wrong(weights, error):
 def test_best_completion_earns_the_preset_maximum():
     """A perfect completion scored by the real functions with a preset's weights earns max_total_reward."""
     for preset, best in (("initial", 4.0), ("tuned", 4.9)):
-        table = R.score_completions([conv(GOOD)], "1000", weights=preset)
+        table = R.reward_table([conv(GOOD)], "1000", weights=preset)
         assert table.at[0, R.TOTAL_COLUMN] == pytest.approx(best)
 
 
@@ -482,9 +482,9 @@ def test_weights_file_lives_in_the_outputs_dir(tmp_path, monkeypatch):
     assert R.load_weights() == list(R.DEFAULT_WEIGHTS["tuned"])
 
 
-def test_score_completions_table():
+def test_reward_table():
     completions = [conv(GOOD), "no tags", conv(GOOD.replace("1000", "7"))]
-    table = R.score_completions(completions, "1000", weights="tuned")
+    table = R.reward_table(completions, "1000", weights="tuned")
     assert list(table.columns) == ["completion", *R.REWARD_NAMES, R.TOTAL_COLUMN]
     assert len(table) == 3
     expected = [
@@ -496,15 +496,15 @@ def test_score_completions_table():
     assert "⏎" in table.at[0, "completion"]
 
 
-def test_score_completions_custom_funcs_and_errors():
-    table = R.score_completions(["ab", "abcd"], funcs=[R.make_length_reward(4, 1)], weights=[2.0])
+def test_reward_table_custom_funcs_and_errors():
+    table = R.reward_table(["ab", "abcd"], funcs=[R.make_length_reward(4, 1)], weights=[2.0])
     assert table[R.TOTAL_COLUMN].tolist() == pytest.approx([2 * math.exp(-2), 2.0])
     with pytest.raises(ValueError, match="non-empty"):
-        R.score_completions([], "1")
+        R.reward_table([], "1")
     with pytest.raises(ValueError, match="need 1 weights"):
-        R.score_completions(["a"], funcs=[R.length_reward_func], weights=[1.0, 2.0])
+        R.reward_table(["a"], funcs=[R.length_reward_func], weights=[1.0, 2.0])
     with pytest.raises(ValueError, match="stage"):
-        R.score_completions(["a"], "1", stage="medium")
+        R.reward_table(["a"], "1", stage="medium")
 
 
 def test_compare_variants_shows_where_they_differ():

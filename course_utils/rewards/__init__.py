@@ -11,10 +11,10 @@ Public API (import from ``course_utils.rewards``):
   ``"initial"``, ``"tuned"``), ``max_total_reward``, ``reward_points``, ``grpo_reward_weights`` (for
   ``GRPOConfig(reward_weights=...)``), ``save_weights`` / ``load_weights`` (notebook 03 -> notebook 04);
 - shaping: ``length_reward_func``, ``combine_rewards``, ``staged_format_reward_func``;
-- tables: ``score_completions``, ``compare_variants``.
+- tables: ``reward_table``, ``compare_variants``.
 """
 
-from course_utils.data import extract_xml_answer
+from course_utils.answer_format import extract_xml_answer
 from course_utils.rewards.corrected import (
     CORRECT_REWARD,
     INT_REWARD,
@@ -35,8 +35,10 @@ from course_utils.rewards.corrected import (
     int_reward_func,
     is_soft_format,
     is_strict_format,
+    plain_number,
     soft_format_reward_func,
     strict_format_reward_func,
+    tag_alone_on_its_line,
     xmlcount_reward_func,
     xmlcount_score,
 )
@@ -46,7 +48,7 @@ from course_utils.rewards.scoring import (
     compare_variants,
     get_reward_funcs,
     preview,
-    score_completions,
+    reward_table,
 )
 from course_utils.rewards.shaping import (
     combine_rewards,
@@ -107,14 +109,16 @@ __all__ = [
     "make_length_reward",
     "make_staged_format_reward",
     "max_total_reward",
+    "plain_number",
     "preview",
     "resolve_weights",
     "reward_points",
+    "reward_table",
     "save_weights",
-    "score_completions",
     "soft_format_reward_func",
     "staged_format_reward_func",
     "strict_format_reward_func",
+    "tag_alone_on_its_line",
     "weights_path",
     "xmlcount_reward_func",
     "xmlcount_score",

@@ -26,7 +26,14 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
-from course_utils.data import extract_xml_answer
+from course_utils.answer_format import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    REASONING_CLOSE,
+    REASONING_OPEN,
+    TAGS,
+    extract_xml_answer,
+)
 
 RewardFunc = Callable[..., list[float]]
 
@@ -38,8 +45,6 @@ SOFT_FORMAT_REWARD = 0.5
 TAG_REWARD = 0.125
 TRAILING_CHAR_PENALTY = 0.001
 MAX_TRAILING_PENALTY = 0.5  # a floor: 500 junk characters already say "stop talking"; more adds nothing
-
-TAGS = ("<reasoning>", "</reasoning>", "<answer>", "</answer>")
 
 # Math-verify is only asked about short answers: GSM8K answers are numbers, and sympy on a long
 # string (or on ``9^9^9^9``) can take seconds.
@@ -111,8 +116,12 @@ def _answers(answer: Any, n: int, func: str) -> list[Any]:
 # --- Answer equivalence -------------------------------------------------------------------------------
 
 
-def _plain_number(text: str) -> Decimal | None:
-    """``"$1,000"`` -> ``Decimal(1000)``; ``None`` when the text is not a plain number."""
+def plain_number(text: str) -> Decimal | None:
+    """``"$1,000"`` -> ``Decimal(1000)``, ``"72 dollars"`` -> ``Decimal(72)``; ``None`` when not a plain number.
+
+    Thousands separators, a ``$``, a ``%`` and one trailing unit word are allowed; ``"1e3"``, ``"²"`` or
+    ``"ten"`` are not numbers here. Linear time: the pattern has no nested quantifiers.
+    """
     if len(text) > 64:
         return None
     match = _PLAIN_NUMBER.fullmatch(text)
@@ -167,7 +176,7 @@ def answers_match(predicted: Any, gold: Any) -> bool:
         return False
     if predicted == gold:
         return True
-    pred_num, gold_num = _plain_number(predicted), _plain_number(gold)
+    pred_num, gold_num = plain_number(predicted), plain_number(gold)
     if pred_num is not None and gold_num is not None:
         return pred_num == gold_num
     for side in (predicted, gold):
@@ -177,7 +186,7 @@ def answers_match(predicted: Any, gold: Any) -> bool:
 
 
 def _is_integer_answer(text: str) -> bool:
-    number = _plain_number(text)
+    number = plain_number(text)
     return number is not None and number.is_finite() and number == number.to_integral_value()
 
 
@@ -185,55 +194,49 @@ def _is_integer_answer(text: str) -> bool:
 
 
 def is_strict_format(text: str) -> bool:
-    """Exactly ``<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>`` (one final newline allowed)."""
-    body = text[:-1] if text.endswith("\n") else text
-    if not (body.startswith("<reasoning>\n") and body.endswith("\n</answer>")):
-        return False
+    """Exactly ``<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>`` (one final newline allowed).
+
+    Each tag once, reasoning and answer not blank, reasoning over any number of lines.
+    """
+    body = text.removesuffix("\n")
     if any(body.count(tag) != 1 for tag in TAGS):
         return False
-    middle = body.find("\n</reasoning>\n<answer>\n")
-    if middle == -1:
+    if not (body.startswith(REASONING_OPEN + "\n") and body.endswith("\n" + ANSWER_CLOSE)):
         return False
-    reasoning = body[len("<reasoning>\n") : middle]
-    answer = body[middle + len("\n</reasoning>\n<answer>\n") : -len("\n</answer>")]
-    return bool(reasoning.strip()) and bool(answer.strip())
+    inner = body[len(REASONING_OPEN) + 1 : -len(ANSWER_CLOSE) - 1]
+    reasoning, separator, answer = inner.partition(f"\n{REASONING_CLOSE}\n{ANSWER_OPEN}\n")
+    return bool(separator) and bool(reasoning.strip()) and bool(answer.strip())
 
 
 def is_soft_format(text: str) -> bool:
     """``<reasoning>...</reasoning>`` then ``<answer>...</answer>``, any whitespace, multi-line allowed."""
     body = text.strip()
-    if not body.startswith("<reasoning>"):
+    if not body.startswith(REASONING_OPEN):
         return False
-    close = body.find("</reasoning>", len("<reasoning>"))
-    if close == -1:
-        return False
-    rest = body[close + len("</reasoning>") :].lstrip()
-    return rest.startswith("<answer>") and rest.find("</answer>", len("<answer>")) != -1
+    _, closed, rest = body[len(REASONING_OPEN) :].partition(REASONING_CLOSE)
+    rest = rest.lstrip()
+    return bool(closed) and rest.startswith(ANSWER_OPEN) and ANSWER_CLOSE in rest[len(ANSWER_OPEN) :]
 
 
-def _on_own_line(text: str, tag: str) -> int:
+def tag_alone_on_its_line(text: str, tag: str) -> int:
     """Position of ``tag`` when it appears exactly once and alone on its line; ``-1`` otherwise."""
-    if text.count(tag) != 1:
-        return -1
     pos = text.find(tag)
     end = pos + len(tag)
-    before_ok = pos == 0 or text[pos - 1] == "\n"
-    after_ok = end == len(text) or text[end] == "\n"
-    return pos if before_ok and after_ok else -1
+    alone = text.count(tag) == 1 and (pos == 0 or text[pos - 1] == "\n") and (end == len(text) or text[end] == "\n")
+    return pos if alone else -1
 
 
 def xmlcount_score(text: str) -> float:
     """0.125 per tag found once, alone on its line, in order; -0.001 per non-space character after ``</answer>``."""
     score, previous = 0.0, -1
     for tag in TAGS:
-        pos = _on_own_line(text, tag)
-        if pos > previous:
+        pos = tag_alone_on_its_line(text, tag)
+        if pos > previous:  # found, and after the tag before it
             score += TAG_REWARD
             previous = pos
-    end = text.rfind("</answer>")
-    if end != -1:
-        trailing = len("".join(text[end + len("</answer>") :].split()))
-        score -= min(TRAILING_CHAR_PENALTY * trailing, MAX_TRAILING_PENALTY)
+    _, closed, trailing = text.rpartition(ANSWER_CLOSE)
+    if closed:
+        score -= min(TRAILING_CHAR_PENALTY * len("".join(trailing.split())), MAX_TRAILING_PENALTY)
     return score
 
 

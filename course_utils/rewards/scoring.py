@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from course_utils.rewards import classic
+from course_utils.rewards.classic import REWARD_FUNCS as CLASSIC_REWARD_FUNCS
 from course_utils.rewards.corrected import REWARD_FUNCS, REWARD_NAMES, RewardFunc, completion_text
 from course_utils.rewards.shaping import STAGES, make_staged_format_reward
 from course_utils.rewards.weights import Weights, resolve_weights
@@ -22,7 +22,7 @@ def get_reward_funcs(variant: str = "corrected") -> list[RewardFunc]:
     if variant == "corrected":
         return list(REWARD_FUNCS)
     if variant == "classic":
-        return list(classic.REWARD_FUNCS)
+        return list(CLASSIC_REWARD_FUNCS)
     raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
 
 
@@ -51,7 +51,7 @@ def _resolve(funcs: Sequence[RewardFunc] | None, weights: Weights, variant: str,
     return funcs, values
 
 
-def score_completions(
+def reward_table(
     completions: Sequence[Any],
     answer: Sequence[Any] | str | None = None,
     weights: Weights = "initial",
@@ -92,7 +92,7 @@ def compare_variants(
     ``labels`` name the completions (default: a preview of each); they must be unique so the table can
     be pivoted to one row per completion.
     """
-    tables = {v: score_completions(completions, answer, weights, variant=v) for v in VARIANTS}
+    tables = {v: reward_table(completions, answer, weights, variant=v) for v in VARIANTS}
     names = list(labels) if labels is not None else tables["corrected"]["completion"].tolist()
     if len(names) != len(tables["corrected"]):
         raise ValueError(f"got {len(names)} labels for {len(tables['corrected'])} completions")
@@ -106,4 +106,4 @@ def compare_variants(
     return pd.DataFrame(rows)
 
 
-__all__ = ["TOTAL_COLUMN", "VARIANTS", "compare_variants", "get_reward_funcs", "preview", "score_completions"]
+__all__ = ["TOTAL_COLUMN", "VARIANTS", "compare_variants", "get_reward_funcs", "preview", "reward_table"]
