@@ -24,9 +24,8 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.utils import is_in_notebook
 
-from course_utils.plotting import plot_training_dashboard
-
 from course_utils.findings import Finding
+from course_utils.plotting import plot_training_dashboard
 
 
 def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
