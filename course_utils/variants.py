@@ -19,7 +19,7 @@ from typing import Any
 
 from course_utils.evaluation import evaluate_model, test_problems
 from course_utils.monitoring import reward_fifths, training_logs
-from course_utils.paths import output_dir
+from course_utils.paths import output_dir, repo_root
 from course_utils.profiles import Profile, get_profile
 from course_utils.rewards import REWARD_FUNCS
 from course_utils.rewards.hacking import HACK_WEIGHT, novelty_reward_func, paid_novelty_reward_func
@@ -63,8 +63,8 @@ CURVE_METRICS = (
 TABLE_METRICS = ("final_reward", "strict_format", "accuracy")
 # How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
 LIVE_PLAN: dict[str, dict[str, Any]] = {
-    "ci": {"variants": tuple(VARIANTS), "seeds": (0,), "max_steps": 1},
-    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 10},
+    "ci": {"variants": tuple(VARIANTS), "seeds": (0,), "max_steps": 1, "hack_steps": 2},
+    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 10, "hack_steps": 10},
 }
 
 
@@ -360,6 +360,23 @@ def curves_from_rows(frame: Any) -> dict[str, list[dict[str, Any]]]:
         mean = rows.drop(columns=["variant", "seed"]).groupby("step").mean(numeric_only=True).reset_index()
         curves[str(name)] = mean.to_dict("records")
     return curves
+
+
+def recorded_folder() -> Path:
+    """Where ``scripts/variants.py`` records the full table by default: the checkout's ``benchmarks/``."""
+    return repo_root() / "benchmarks"
+
+
+def recorded_lines(folder: str | Path | None = None) -> dict[str, str]:
+    """The ``name: value`` lines of ``variants.txt`` (machine first): which machine, steps and seeds made the table.
+
+    An empty dict when the script has not recorded anything yet.
+    """
+    path = Path(folder or recorded_folder()) / "variants.txt"
+    if not path.is_file():
+        return {}
+    pairs = (line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line)
+    return dict(pairs)
 
 
 def read_results(path: str | Path) -> Any:

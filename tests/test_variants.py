@@ -150,3 +150,19 @@ def test_a_real_variant_run_logs_the_plotted_metrics_and_evaluates():
     [logs] = [e for e in run.log_history if "reward" in e]
     assert {"entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "completions/mean_length"} <= set(logs)
     assert 0.0 <= run.accuracy <= 1.0 and 0.0 <= run.strict_format <= 1.0 and not math.isnan(run.final_reward)
+
+
+def test_variants_script_arguments(load_script, tmp_path):
+    script = load_script("variants")
+    args = script.parse_args(["--steps", "5", "--seeds", "0", "1", "2", "--variants", "dapo", "gspo", "--hack-first"])
+    assert args.steps == 5 and args.seeds == [0, 1, 2] and args.variants == ["dapo", "gspo"] and args.hack_first
+    assert script.parse_args([]).variants == list(variants.VARIANTS)
+    with pytest.raises(SystemExit):
+        script.parse_args(["--variants", "ppo"])
+
+
+def test_recorded_lines_read_name_value_pairs(tmp_path):
+    assert variants.recorded_lines(tmp_path) == {}
+    (tmp_path / "variants.txt").write_text("machine_cpu: Some CPU: 2 GHz\nvariants_steps: 6\nnot a pair\n")
+    assert variants.recorded_lines(tmp_path) == {"machine_cpu": "Some CPU: 2 GHz", "variants_steps": "6"}
+    assert variants.recorded_folder().name == "benchmarks"
