@@ -19,7 +19,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
 REPO ?=
 
-.PHONY: setup lab test test-slow lint course bench bench-long clean pins colab-links gpu-check
+.PHONY: setup lab test test-slow lint course bench bench-long variants clean pins colab-links gpu-check
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,12 @@ bench-long: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(LONG_BENCHES); do echo "# $$script"; \
 	  COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_LONG_RESULTS).new
 	@mv $(BENCH_LONG_RESULTS).new $(BENCH_LONG_RESULTS); echo "written: $(BENCH_LONG_RESULTS)"
+
+# Notebook 07's full table: every GRPO variant x 2 seeds, then the reward hack and its fix (hours on 2 cores);
+# VARIANTS_ARGS="--steps 10" shortens every run alike. Writes benchmarks/variants.{csv,txt} and the curves.
+VARIANTS_ARGS ?=
+variants: setup
+	GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) scripts/variants.py --profile cpu $(VARIANTS_ARGS)
 
 clean:
 	rm -rf build outputs .pytest_cache .ruff_cache

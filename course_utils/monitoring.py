@@ -152,7 +152,19 @@ THRESHOLDS: dict[str, float] = {
     "kl_rise_factor": 2.0,  # and the last KL at least this multiple of the first
     "zero_std_high": 0.5,  # mean frac_reward_zero_std over the window above this: groups without signal
     "clipped_high": 0.3,  # mean clipped ratio over the window above this: completions truncated
+    "hack_reward_gain": 0.2,  # total reward up by at least this from the first third of the run to the last...
 }
+# ...while the course's five rewards (the task: a right answer in the right format) did not rise and another grew
+TASK_REWARD_COLUMNS = tuple(
+    f"rewards/{name}/mean"
+    for name in (
+        "correctness_reward_func",
+        "int_reward_func",
+        "strict_format_reward_func",
+        "soft_format_reward_func",
+        "xmlcount_reward_func",
+    )
+)
 WINDOW = 5
 
 
@@ -274,14 +286,58 @@ def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
     )
 
 
-RULES = (_check_reward_std, _check_length_jump, _check_kl, _check_zero_std, _check_clipped)
+def _check_reward_without_task(logs: list[dict[str, Any]]) -> list[Finding]:
+    """The total reward rises, a reward outside the task grows, and the task rewards do not: a bonus is gamed.
+
+    Compares the first third of the logged steps with the last third (at least 6 logs), so one lucky step
+    does not fire it. The task is the course's five rewards (``TASK_REWARD_COLUMNS``); a run with only those
+    never fires.
+    """
+    rewards = _series(logs, "reward")
+    columns = sorted({k for e in logs for k in e if k.startswith("rewards/") and k.endswith("/mean")})
+    task = [c for c in columns if c in TASK_REWARD_COLUMNS]
+    others = [c for c in columns if c not in TASK_REWARD_COLUMNS]
+    if len(rewards) < 6 or not task or not others:
+        return []
+    third = len(rewards) // 3
+
+    def gain(key: str) -> float:
+        values = [v for _, v in _series(logs, key)]
+        return _mean(values[-third:]) - _mean(values[:third])
+
+    reward_gain, task_gain = gain("reward"), sum(gain(c) for c in task)
+    grower = max(others, key=gain)
+    if reward_gain < THRESHOLDS["hack_reward_gain"] or task_gain > 0 or gain(grower) <= 0:
+        return []
+    return [
+        _finding(
+            "reward_without_task",
+            rewards[-1][0],
+            f"the total reward rose by {reward_gain:+.2f} over the run and {grower.split('/')[1]} by "
+            f"{gain(grower):+.2f}, while the task rewards (the course's five) changed by {task_gain:+.2f}: the "
+            "policy earns its reward somewhere else",
+            "suspect reward hacking: read the logged completions (log_completions=True), then gate or cap the "
+            "reward that grows",
+        )
+    ]
+
+
+RULES = (
+    _check_reward_std,
+    _check_length_jump,
+    _check_kl,
+    _check_zero_std,
+    _check_clipped,
+    _check_reward_without_task,
+)
 
 
 def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
 
     Rules: ``reward_std`` (the whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
-    steadily, a high ``frac_reward_zero_std``, a high clipped ratio. An empty list means nothing to report.
+    steadily, a high ``frac_reward_zero_std``, a high clipped ratio, the total reward rising without the task
+    rewards (``reward_without_task``, a reward hack). An empty list means nothing to report.
     """
     logs = training_logs(log_history)
     return [finding for rule in RULES for finding in rule(logs)]

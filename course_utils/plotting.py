@@ -304,3 +304,56 @@ def plot_memory_breakdown(table: Any, available_gb: float | None = None, title: 
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
+
+
+# --- 07 variants ------------------------------------------------------------------------------------
+
+VARIANT_PANELS = (
+    ("reward", "reward (mean total)"),
+    ("completions/mean_length", "completion length (tokens)"),
+    ("completions/clipped_ratio", "truncated completions"),
+    ("clip_ratio/low_mean", "clip ratio, low side"),
+    ("clip_ratio/high_mean", "clip ratio, high side"),
+    ("entropy", "entropy (nats per token)"),
+)
+
+
+def plot_variant_curves(curves: dict[str, list[dict]], title: str = "GRPO variants") -> Figure:
+    """One panel per logged metric, one line per variant (notebook 07).
+
+    ``curves`` maps a variant's name to its log entries (dicts with ``step`` and TRL's metric keys, e.g. the
+    seeds' mean per step). A metric a variant did not log (clip ratios of an on-policy run are all 0) is a flat
+    or missing line, never an error.
+    """
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for ax, (key, label) in zip(axes.flat, VARIANT_PANELS, strict=True):
+        for name, logs in curves.items():
+            pairs = [(e.get("step", i + 1), e[key]) for i, e in enumerate(logs) if e.get(key) is not None]
+            if pairs:
+                ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker=".", label=name)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def plot_variant_table(summary: Any, metric: str, baseline: str | None = None, title: str = "") -> Figure:
+    """A metric's mean per variant as bars, with the seeds' spread (max - min) as error bars (notebook 07).
+
+    ``summary`` is a DataFrame indexed by variant with ``<metric>`` and ``<metric>_spread`` columns
+    (``variants.seed_summary``). The baseline's bar is darker, so a gap inside the whiskers reads as noise.
+    """
+    if metric not in summary.columns or f"{metric}_spread" not in summary.columns:
+        raise ValueError(f"summary needs columns {metric!r} and {metric + '_spread'!r}; got {list(summary.columns)}")
+    names = [str(n) for n in summary.index]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(names)), 3.4))
+    colors = ["#2c5d7c" if name == baseline else "#7aa6c2" for name in names]
+    ax.bar(names, summary[metric], yerr=summary[f"{metric}_spread"] / 2, color=colors, capsize=4)
+    ax.set(ylabel=metric, title=title or f"{metric}: mean over seeds, whiskers = seed spread")
+    ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    return fig

@@ -15,13 +15,18 @@ What it finds (``Finding.code``):
   token lengths (needs ``dataset`` and a tokenizer), so most answers would be cut off before the answer tag;
 - ``kl-not-logged``: ``beta`` is 0, so TRL builds no reference model and logs no ``kl``;
 - ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.memory`` against the hardware;
-- ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed.
+- ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed;
+- ``unknown-loss-type`` / ``unknown-importance-sampling-level``: a value the installed TRL does not know (the
+  valid loss types are read from TRL, ``trl_choices``);
+- ``sequence-ratio-on-policy`` / ``clip-higher-on-policy``: GSPO's sequence ratio or clip-higher on an on-policy
+  run, where the importance ratio is exactly 1 and they change nothing (info).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,6 +292,85 @@ def _check_kl(values: dict[str, Any], expect_kl: bool | None) -> list[Finding]:
     ]
 
 
+def trl_choices(field_name: str) -> tuple[str, ...]:
+    """The values the installed TRL documents for a ``GRPOConfig`` field (its "Supported values are ..." help).
+
+    Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once.
+    An empty tuple when the field's help lists no values.
+    """
+    from trl import GRPOConfig
+
+    spec = GRPOConfig.__dataclass_fields__.get(field_name)
+    help_text = spec.metadata.get("help", "") if spec is not None else ""
+    match = re.search(r"Supported values are(.*?)\.(?:\s|$)", help_text, re.S)
+    return tuple(dict.fromkeys(re.findall(r"'([a-z_]+)'", match.group(1)))) if match else ()
+
+
+def on_policy(values: dict[str, Any], num_processes: int = 1, *, built: bool = False) -> bool:
+    """True when every update uses completions of the current policy (TRL then sets the old log-probs to the new).
+
+    That is ``num_iterations == 1`` and no more generation steps than accumulation steps: the importance ratio is
+    exactly 1, so clipping, clip-higher and sequence-level ratios cannot change anything.
+    """
+    _, steps, problem = generation_batch(values, num_processes, built=built)
+    if problem:
+        return False
+    return values.get("num_iterations", 1) == 1 and steps <= values["gradient_accumulation_steps"]
+
+
+def _check_loss_variant(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
+    """An unknown ``loss_type`` (TRL fails only inside the first step), and variant fields that do nothing."""
+    findings = []
+    valid = trl_choices("loss_type")
+    loss_type = values.get("loss_type")
+    if valid and loss_type not in valid:
+        close = difflib.get_close_matches(str(loss_type), valid, n=1)
+        findings.append(
+            Finding(
+                "error",
+                "unknown-loss-type",
+                f"loss_type={loss_type!r} is not a loss the installed TRL knows: GRPOTrainer raises 'Unknown loss "
+                f"type' inside the first training step. Valid values: {', '.join(valid)}.",
+                (f"Did you mean {close[0]!r}? " if close else "") + "Use one of the valid values ('dapo' is TRL's "
+                "default).",
+            )
+        )
+    level = values.get("importance_sampling_level", "token")
+    if level not in ("token", "sequence"):
+        findings.append(
+            Finding(
+                "error",
+                "unknown-importance-sampling-level",
+                f"importance_sampling_level={level!r}: TRL knows 'token' and 'sequence' (GSPO).",
+                "Set importance_sampling_level to 'token' (the default) or 'sequence'.",
+            )
+        )
+    if level == "sequence" and on_policy(values, num_processes, built=built):
+        findings.append(
+            Finding(
+                "info",
+                "sequence-ratio-on-policy",
+                "importance_sampling_level='sequence' with num_iterations=1 (and one update per generation): the run "
+                "is on-policy, every importance ratio is exactly 1, so GSPO's sequence ratio is identical to token "
+                "level on-policy.",
+                "Set num_iterations=2 (or steps_per_generation above gradient_accumulation_steps) to make it matter.",
+            )
+        )
+    high = values.get("epsilon_high")
+    if high is not None and high != values.get("epsilon") and on_policy(values, num_processes, built=built):
+        findings.append(
+            Finding(
+                "info",
+                "clip-higher-on-policy",
+                f"epsilon_high={high} on an on-policy run: the ratio is exactly 1, so no token is ever clipped and "
+                "clip-higher changes nothing.",
+                "Clip-higher acts only off-policy: num_iterations > 1 or steps_per_generation > "
+                "gradient_accumulation_steps.",
+            )
+        )
+    return findings
+
+
 def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = COMPLETION_PERCENTILE) -> float:
     """The ``q``-th percentile of the reference solutions' token lengths (``course_utils.data`` computes it).
 
@@ -489,6 +573,7 @@ def check(
         *_check_precision(values, machine),
         *_check_completion_length(values, dataset, tokenizer),
         *_check_kl(values, expect_kl),
+        *_check_loss_variant(values, machine.num_processes, built),
         *_check_memory(values, model, machine, prompt_tokens, built),
         *_check_vllm(values, get_profile(profile) if profile is not None else None, machine),
     ]

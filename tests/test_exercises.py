@@ -565,3 +565,30 @@ def test_flat_reward_check_takes_real_histories_too():
     history = [{"step": 1, "reward": 0.0, "completions/clipped_ratio": 1.0}]
     cases = exercises.flat_reward_cases(history)
     assert cases[-1].label == "real run 1" and cases[-1].args == (history,)
+
+
+def test_value_checks_of_07_accept_the_right_answers_only():
+    assert exercises.check_07_off_policy_field("num_iterations")
+    assert not exercises.check_07_off_policy_field("importance_sampling_level")
+    assert not exercises.check_07_off_policy_field(None)
+    assert exercises.check_07_constant_normaliser("dr_grpo") and exercises.check_07_constant_normaliser("'dr_grpo'")
+    assert not exercises.check_07_constant_normaliser("dapo") and not exercises.check_07_constant_normaliser("bnpo")
+
+
+def test_check_07_real_difference_compares_with_the_noise_rule(capsys):
+    def right(first, second):
+        if len(first) < 2 or len(second) < 2:
+            return False
+        return min(first) > max(second) or min(second) > max(first)
+
+    def means_only(first, second):  # calls any gap in the means a difference
+        return sum(first) / len(first) != sum(second) / len(second)
+
+    def one_way(first, second):
+        return len(first) > 1 and len(second) > 1 and min(first) > max(second)
+
+    assert exercises.check_07_real_difference(right)
+    assert not exercises.check_07_real_difference(means_only)
+    assert "[1.0] vs [0.0]" in capsys.readouterr().out
+    assert not exercises.check_07_real_difference(one_way)
+    assert not exercises.check_07_real_difference(...)

@@ -184,3 +184,31 @@ def test_flat_reward_cause(series, cause):
 def test_flat_reward_cause_names_bad_input():
     with pytest.raises(TypeError, match="log_history must be a list"):
         flat_reward_cause("log_history.csv")
+
+
+def test_reward_without_task_fires_when_a_bonus_grows_and_the_task_does_not():
+    n = 9
+    hacked = _history(
+        n,
+        **{
+            "rewards/novelty_reward_func/mean": [0.3 + 0.06 * i for i in range(n)],
+            "rewards/strict_format_reward_func/mean": [0.3 - 0.02 * i for i in range(n)],
+        },
+    )
+    [finding] = monitor(hacked)
+    assert finding.code == "reward_without_task" and "novelty_reward_func" in finding.message
+    assert "log_completions" in finding.fix
+
+
+def test_reward_without_task_stays_silent_when_the_task_rises_or_the_run_is_short():
+    n = 9
+    learning = _history(
+        n,
+        **{
+            "rewards/novelty_reward_func/mean": [0.3 + 0.06 * i for i in range(n)],
+            "rewards/strict_format_reward_func/mean": [0.1 + 0.05 * i for i in range(n)],
+        },
+    )
+    assert monitor(learning) == []
+    short = _history(4, **{"rewards/novelty_reward_func/mean": [0.1, 0.5, 0.9, 1.0]})
+    assert monitor(short) == []

@@ -77,3 +77,22 @@ def test_figures_render_headless():
     pixels = np.asarray(fig.canvas.buffer_rgba())
     assert pixels.shape[:2] == (fig.canvas.get_width_height()[1], fig.canvas.get_width_height()[0])
     assert len(np.unique(pixels.reshape(-1, 4), axis=0)) > 2  # the curve and the axes were drawn, not a blank canvas
+
+
+def test_variant_curves_draw_one_line_per_variant_and_skip_missing_metrics():
+    curves = {
+        "dapo": [{"step": 1, "reward": 0.5, "entropy": 0.9}, {"step": 2, "reward": 0.7, "entropy": 0.8}],
+        "gspo": [{"step": 1, "reward": 0.4, "clip_ratio/high_mean": 0.1}],
+    }
+    fig = plotting.plot_variant_curves(curves)
+    reward_ax, *_, entropy_ax = fig.axes
+    assert len(reward_ax.lines) == 2 and len(entropy_ax.lines) == 1
+    assert len(plotting.plot_variant_curves({}).axes[0].lines) == 0
+
+
+def test_variant_table_draws_bars_with_spread_and_names_missing_columns():
+    summary = pd.DataFrame({"accuracy": [0.1, 0.2], "accuracy_spread": [0.02, 0.04]}, index=["dapo", "grpo"])
+    fig = plotting.plot_variant_table(summary, "accuracy", baseline="dapo")
+    assert len(fig.axes[0].patches) == 2
+    with pytest.raises(ValueError, match="final_reward_spread"):
+        plotting.plot_variant_table(summary, "final_reward")

@@ -277,3 +277,53 @@ def test_colocated_vllm_counts_its_share_of_the_gpu():
 
 def test_h100_is_a_known_bf16_gpu():
     assert KNOWN_HARDWARE["H100"].bf16 and KNOWN_HARDWARE["H100"].total_memory_gb == pytest.approx(79.1)
+
+
+# --- The loss variants: valid values read from TRL, fields that do nothing on-policy ---------------------
+
+
+def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
+    from course_utils.preflight import trl_choices
+
+    valid = trl_choices("loss_type")
+    assert {"grpo", "dapo", "dr_grpo", "bnpo"} <= set(valid)
+    assert GRPOConfig.__dataclass_fields__["loss_type"].default in valid
+    assert trl_choices("no_such_field") == ()
+
+
+def test_unknown_loss_type_is_an_error_listing_the_valid_ones():
+    from course_utils.preflight import trl_choices
+
+    [finding] = [f for f in check({**CPU_OK, "loss_type": "drgrpo"}, hardware=CPU) if f.code == "unknown-loss-type"]
+    assert finding.severity == "error"
+    assert all(name in finding.message for name in trl_choices("loss_type"))
+    assert "did you mean 'dr_grpo'" in finding.fix.lower()
+    with pytest.raises(PreflightError, match="unknown-loss-type"):
+        raise_for_errors(check({**CPU_OK, "loss_type": "ppo"}, hardware=CPU))
+    for loss_type in trl_choices("loss_type"):
+        assert "unknown-loss-type" not in codes(check({**CPU_OK, "loss_type": loss_type}, hardware=CPU))
+
+
+def test_sequence_ratio_on_policy_is_an_info_finding_and_off_policy_is_not():
+    on_policy = check({**CPU_OK, "importance_sampling_level": "sequence"}, hardware=CPU)
+    [finding] = [f for f in on_policy if f.code == "sequence-ratio-on-policy"]
+    assert finding.severity == "info" and "identical to token level on-policy" in finding.message
+    for off_policy in ({"num_iterations": 2}, {"steps_per_generation": 2}):
+        config = {**CPU_OK, "importance_sampling_level": "sequence", **off_policy}
+        assert "sequence-ratio-on-policy" not in codes(check(config, hardware=CPU))
+    assert "sequence-ratio-on-policy" not in codes(check(CPU_OK, hardware=CPU))
+
+
+def test_sequence_ratio_finding_reads_a_built_config_too(tmp_path):
+    config = GRPOConfig(output_dir=str(tmp_path), importance_sampling_level="sequence", report_to=[], **CPU_OK)
+    assert "sequence-ratio-on-policy" in codes(check(config, hardware=CPU))
+
+
+def test_unknown_importance_sampling_level_and_idle_clip_higher():
+    bad = check({**CPU_OK, "importance_sampling_level": "sentence"}, hardware=CPU)
+    assert [f.severity for f in bad if f.code == "unknown-importance-sampling-level"] == ["error"]
+    idle = check({**CPU_OK, "epsilon_high": 0.28}, hardware=CPU)
+    assert [f.severity for f in idle if f.code == "clip-higher-on-policy"] == ["info"]
+    assert "clip-higher-on-policy" not in codes(
+        check({**CPU_OK, "epsilon_high": 0.28, "num_iterations": 2}, hardware=CPU)
+    )

@@ -22,6 +22,7 @@ EXPECTED_NOTEBOOKS = [
     "04_train_grpo",
     "05_evaluate",
     "06_troubleshooting",
+    "07_grpo_variants",
     "99_appendix_cpu_speed",
 ]
 

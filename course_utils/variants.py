@@ -1,0 +1,405 @@
+"""GRPO's modern variants side by side, and a reward hack caught (notebook 07 and ``scripts/variants.py``).
+
+Each variant is a handful of real ``GRPOConfig`` fields (``VARIANTS``) on top of the profile's config: same
+data, same warm-started model, same seed and steps, so the fields are the only difference. ``run_variant``
+trains one (TRL's ``GRPOTrainer`` through ``course_utils.training``) and evaluates it on held-out test
+problems; ``results_table`` and ``seed_summary`` turn runs into the table, and ``real_difference`` says
+whether a gap is larger than the seed-to-seed noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from course_utils.evaluation import evaluate_model, test_problems
+from course_utils.monitoring import reward_fifths, training_logs
+from course_utils.paths import output_dir, repo_root
+from course_utils.profiles import Profile, get_profile
+from course_utils.rewards import REWARD_FUNCS
+from course_utils.rewards.hacking import HACK_WEIGHT, novelty_reward_func, paid_novelty_reward_func
+from course_utils.training import (
+    build_trainer,
+    load_model_for_training,
+    make_grpo_config,
+    resolve_reward_weights,
+    training_dataset,
+)
+from course_utils.warm_start import warm_start
+
+BASELINE = "dapo"
+# name: the GRPOConfig fields that make the variant (everything else is the profile's config, loss_type "dapo").
+VARIANTS: dict[str, dict[str, Any]] = {
+    "dapo": {"loss_type": "dapo", "scale_rewards": "group"},  # TRL's default: the baseline
+    "grpo": {"loss_type": "grpo"},
+    "dr_grpo": {"loss_type": "dr_grpo"},
+    "bnpo": {"loss_type": "bnpo"},
+    "scale_none": {"loss_type": "dapo", "scale_rewards": "none"},
+    "mask_truncated": {"loss_type": "dapo", "mask_truncated_completions": True},
+    "two_iterations": {"loss_type": "dapo", "num_iterations": 2},  # off-policy baseline for the two below
+    "clip_higher": {"loss_type": "dapo", "num_iterations": 2, "epsilon_high": 0.28},
+    "gspo": {
+        "loss_type": "grpo",
+        "importance_sampling_level": "sequence",
+        "num_iterations": 2,
+        "epsilon": 3e-4,
+        "epsilon_high": 4e-4,
+    },
+}
+# The metrics notebook 07 plots per variant (TRL's log_history keys).
+CURVE_METRICS = (
+    "reward",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "entropy",
+)
+TABLE_METRICS = ("final_reward", "strict_format", "accuracy")
+# How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
+LIVE_PLAN: dict[str, dict[str, Any]] = {
+    "ci": {"variants": tuple(VARIANTS), "seeds": (0,), "max_steps": 1, "hack_steps": 2},
+    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 10, "hack_steps": 10},
+}
+
+
+@dataclass
+class VariantRun:
+    """One trained variant: its name, seed, TRL's log history, the held-out evaluation and how long it took."""
+
+    name: str
+    seed: int
+    log_history: list[dict[str, Any]]
+    accuracy: float
+    strict_format: float
+    seconds: float
+    run_dir: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final_reward(self) -> float:
+        """Mean total reward over the last fifth of the logged steps."""
+        return reward_fifths(self.log_history)[1]
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "variant": self.name,
+            "seed": self.seed,
+            "final_reward": self.final_reward,
+            "strict_format": self.strict_format,
+            "accuracy": self.accuracy,
+            "steps": len(training_logs(self.log_history)),
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def variant_fields(name: str) -> dict[str, Any]:
+    """The ``GRPOConfig`` fields of a variant; an unknown name is an error listing the known ones."""
+    if name not in VARIANTS:
+        raise ValueError(f"Unknown variant {name!r}; known variants: {', '.join(VARIANTS)}")
+    return dict(VARIANTS[name])
+
+
+def starting_model(profile: Profile | str | None = None) -> tuple[Any, Any]:
+    """The model every variant starts from: the profile's model after its (cached) warm start, and the tokenizer."""
+    p = get_profile(profile)
+    model, tokenizer = load_model_for_training(p)
+    if p.warm_start_examples:
+        model = warm_start(model, tokenizer, p, cache=True)
+    return model, tokenizer
+
+
+def live_plan(profile: Profile | str | None = None) -> dict[str, Any]:
+    """What notebook 07 trains live under ``profile``: variants, seeds and steps (GPU profiles run the cpu plan)."""
+    p = get_profile(profile)
+    return dict(LIVE_PLAN["ci" if p.name.startswith("ci") else "cpu"])
+
+
+def run_variant(
+    name: str,
+    fields: Mapping[str, Any] | None = None,
+    *,
+    profile: Profile | str | None = None,
+    seed: int = 0,
+    max_steps: int | None = None,
+    reward_funcs: Sequence[Callable[..., list[float]]] | None = None,
+    reward_weights: Sequence[float] | None = None,
+    log_completions: bool = False,
+    eval_problems: Any = None,
+    start: tuple[Any, Any] | None = None,
+) -> VariantRun:
+    """Train one variant from the profile's warm-started model and evaluate it on held-out test problems.
+
+    ``fields`` (default: ``VARIANTS[name]``) are ``GRPOConfig`` fields; ``reward_funcs`` / ``reward_weights``
+    replace the course's five rewards (the reward-hack runs). ``log_completions`` makes TRL save every
+    step's completions under ``<run>/completions/`` (``logged_completions`` reads them). ``start``: the
+    ``(model, tokenizer)`` of ``starting_model`` to copy instead of loading it again (every run starts from the
+    same weights either way).
+    """
+    from transformers import set_seed
+
+    p = get_profile(profile)
+    fields = variant_fields(name) if fields is None else dict(fields)
+    run_dir = output_dir() / "07-variants" / f"{name}-seed{seed}"
+    started = time.perf_counter()
+    set_seed(seed)
+    model, tokenizer = (copy.deepcopy(start[0]), start[1]) if start is not None else starting_model(p)
+    overrides: dict[str, Any] = {
+        "seed": seed,
+        "max_steps": max_steps or p.max_steps,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "log_completions": log_completions,
+        "num_completions_to_print": 2,
+        **fields,
+    }
+    if reward_weights is not None:
+        overrides["reward_weights"] = list(reward_weights)
+    config = make_grpo_config(p, run_dir, **overrides)
+    dataset = training_dataset(p, tokenizer=tokenizer)
+    trainer = build_trainer(model, tokenizer, p, dataset, config, reward_funcs=reward_funcs)
+    trainer.train()
+    problems = eval_problems if eval_problems is not None else test_problems(p)
+    result = evaluate_model(
+        trainer.model,
+        tokenizer,
+        problems,
+        batch_size=p.eval_batch_size,
+        max_new_tokens=p.eval_max_new_tokens,
+        progress=False,
+    )
+    return VariantRun(
+        name=name,
+        seed=seed,
+        log_history=list(trainer.state.log_history),
+        accuracy=float(result["accuracy"]),
+        strict_format=float(result["format_score"]),
+        seconds=time.perf_counter() - started,
+        run_dir=run_dir,
+    )
+
+
+def hack_rewards(fixed: bool = False) -> tuple[list[Callable[..., list[float]]], list[float]]:
+    """The reward functions and weights of the reward-hack runs: the five rewards plus the creativity bonus.
+
+    ``fixed=False``: ``novelty_reward_func`` at ``HACK_WEIGHT`` (exploitable); ``fixed=True``:
+    ``paid_novelty_reward_func`` at weight 1 (paid only to correct answers, capped).
+    """
+    bonus, weight = (paid_novelty_reward_func, 1.0) if fixed else (novelty_reward_func, HACK_WEIGHT)
+    return [*REWARD_FUNCS, bonus], [*resolve_reward_weights(None), weight]
+
+
+def run_hack(
+    fixed: bool = False,
+    *,
+    profile: Profile | str | None = None,
+    seed: int = 0,
+    max_steps: int | None = None,
+    start: tuple[Any, Any] | None = None,
+) -> VariantRun:
+    """Train with the exploitable creativity bonus (``fixed=False``) or its fix, completions logged."""
+    funcs, weights = hack_rewards(fixed)
+    name = "hack_fixed" if fixed else "hack"
+    return run_variant(
+        name,
+        {"loss_type": "dapo"},
+        profile=profile,
+        seed=seed,
+        max_steps=max_steps,
+        reward_funcs=funcs,
+        reward_weights=weights,
+        log_completions=True,
+        start=start,
+    )
+
+
+# --- Reading the runs -------------------------------------------------------------------------------
+
+
+def logged_completions(run_dir: str | Path) -> Any:
+    """Every completion TRL logged (``log_completions=True``) in ``run_dir``, one row each, with its rewards.
+
+    Columns: step, prompt, completion (text), one column per reward function, advantage.
+    """
+    import pandas as pd
+
+    files = sorted((Path(run_dir) / "completions").glob("completions_*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"No logged completions in {run_dir}: train with log_completions=True")
+    frame = pd.concat([pd.read_parquet(path) for path in files], ignore_index=True)
+    frame["completion"] = [_text(c) for c in frame["completion"]]
+    frame["prompt"] = [_text(c) for c in frame["prompt"]]
+    return frame
+
+
+def _text(message: Any) -> str:
+    """The last message's content of a conversation (as TRL logs it), or the text itself."""
+    if isinstance(message, str):
+        return message
+    try:
+        return str(list(message)[-1]["content"])
+    except (TypeError, KeyError, IndexError):
+        return str(message)
+
+
+def results_table(runs: Iterable[VariantRun | Mapping[str, Any]]) -> Any:
+    """One row per run (variant, seed, final reward, strict format, accuracy, steps, seconds), a DataFrame."""
+    import pandas as pd
+
+    rows = [run.row() if isinstance(run, VariantRun) else dict(run) for run in runs]
+    if not rows:
+        raise ValueError("results_table needs at least one run")
+    return pd.DataFrame(rows)
+
+
+def seed_summary(table: Any, metrics: Sequence[str] = TABLE_METRICS) -> Any:
+    """Per variant: the mean of each metric over seeds and its spread (max - min), plus how many seeds ran."""
+    import pandas as pd
+
+    missing = sorted({"variant", "seed", *metrics} - set(table.columns))
+    if missing:
+        raise ValueError(f"the results table lacks column(s) {missing}; build it with results_table(runs)")
+    grouped = table.groupby("variant", sort=False)
+    columns = {"seeds": grouped["seed"].nunique()}
+    for metric in metrics:
+        columns[metric] = grouped[metric].mean()
+        columns[f"{metric}_spread"] = grouped[metric].max() - grouped[metric].min()
+    return pd.DataFrame(columns)
+
+
+def real_difference(first: Sequence[float], second: Sequence[float]) -> bool:
+    """True when the two variants' seeds do not overlap: every seed of one beats every seed of the other.
+
+    With a few seeds per variant this is the honest test: a gap smaller than the seed-to-seed spread is noise.
+    One seed each says nothing, so it is never a real difference.
+    """
+    first, second = [float(v) for v in first], [float(v) for v in second]
+    if len(first) < 2 or len(second) < 2:
+        return False
+    return min(first) > max(second) or min(second) > max(first)
+
+
+def differences_from_baseline(table: Any, baseline: str = BASELINE, metrics: Sequence[str] = TABLE_METRICS) -> Any:
+    """For each variant and metric: the gap of the means to ``baseline`` and whether it beats the noise."""
+    import pandas as pd
+
+    if baseline not in set(table["variant"]):
+        raise ValueError(f"baseline {baseline!r} is not in the table (variants: {sorted(set(table['variant']))})")
+    base = table[table["variant"] == baseline]
+    rows = []
+    for name, runs in table.groupby("variant", sort=False):
+        if name == baseline:
+            continue
+        for metric in metrics:
+            gap = runs[metric].mean() - base[metric].mean()
+            rows.append(
+                {"variant": name, "metric": metric, "gap": gap, "real": real_difference(runs[metric], base[metric])}
+            )
+    return pd.DataFrame(rows, columns=["variant", "metric", "gap", "real"])
+
+
+def mean_curves(runs: Iterable[VariantRun]) -> dict[str, list[dict[str, Any]]]:
+    """Per variant, the logged metrics averaged over its seeds step by step (for ``plot_variant_curves``)."""
+    return curves_from_rows(curve_rows(runs))
+
+
+# --- The results file of scripts/variants.py ----------------------------------------------------------
+
+RESULTS_CSV = "variants.csv"
+LOGS_CSV = "variants_logs.csv"
+
+
+HACK_COMPLETIONS_CSV = "variants_hack_completions.csv"
+
+
+def write_results(runs: Sequence[VariantRun], folder: str | Path) -> Path:
+    """The per-run table as ``<folder>/variants.csv`` and the curves as ``variants_logs.csv`` (notebook 07 reads both).
+
+    For the reward-hack runs, their first and last logged completions go to ``variants_hack_completions.csv``.
+    """
+    import pandas as pd
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / RESULTS_CSV
+    results_table(runs).to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL)
+    curve_rows(runs).to_csv(folder / LOGS_CSV, index=False)
+    hacks = [run for run in runs if run.name.startswith("hack") and run.run_dir is not None]
+    if hacks:
+        samples = []
+        for run in hacks:
+            logged = logged_completions(run.run_dir)
+            ends = logged[logged["step"].isin([logged["step"].min(), logged["step"].max()])]
+            samples.append(ends.drop(columns=["prompt"]).assign(variant=run.name))
+        pd.concat(samples, ignore_index=True).to_csv(folder / HACK_COMPLETIONS_CSV, index=False)
+    return path
+
+
+def curve_rows(runs: Iterable[VariantRun]) -> Any:
+    """Every run's logged steps, one row per (variant, seed, step): the curves, kept with the results."""
+    import pandas as pd
+
+    rows = [
+        {"variant": run.name, "seed": run.seed, **entry} for run in runs for entry in training_logs(run.log_history)
+    ]
+    frame = pd.DataFrame(rows)
+    keep = ["variant", "seed", "step", *CURVE_METRICS]
+    keep += [c for c in frame.columns if c.startswith("rewards/") and c.endswith("/mean")]
+    return frame[[c for c in keep if c in frame.columns]]
+
+
+def curves_from_rows(frame: Any) -> dict[str, list[dict[str, Any]]]:
+    """``curve_rows``' table back to ``{variant: seeds' mean per step}`` (what ``plot_variant_curves`` draws)."""
+    curves = {}
+    for name, rows in frame.groupby("variant", sort=False):
+        mean = rows.drop(columns=["variant", "seed"]).groupby("step").mean(numeric_only=True).reset_index()
+        curves[str(name)] = mean.to_dict("records")
+    return curves
+
+
+def recorded_folder() -> Path:
+    """Where ``scripts/variants.py`` records the full table by default: the checkout's ``benchmarks/``."""
+    return repo_root() / "benchmarks"
+
+
+def recorded_lines(folder: str | Path | None = None) -> dict[str, str]:
+    """The ``name: value`` lines of ``variants.txt`` (machine first): which machine, steps and seeds made the table.
+
+    An empty dict when the script has not recorded anything yet.
+    """
+    path = Path(folder or recorded_folder()) / "variants.txt"
+    if not path.is_file():
+        return {}
+    pairs = (line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line)
+    return dict(pairs)
+
+
+def read_results(path: str | Path) -> Any:
+    """The per-run table written by ``write_results``; a clear error when the script has not run yet."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No {path}: run `make variants` (scripts/variants.py) to measure the full table")
+    return pd.read_csv(path)
+
+
+# --- The learner's variants dict ------------------------------------------------------------------------
+
+
+def compare_variant_fields(learner: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What differs between a learner's ``{name: fields}`` and ``VARIANTS``, one line per difference."""
+    if not isinstance(learner, Mapping):
+        return [f"expected a dict of variant name -> GRPOConfig fields, got {type(learner).__name__}"]
+    lines = [f"missing variant {name!r}" for name in VARIANTS if name not in learner]
+    lines += [f"unknown variant {name!r}" for name in learner if name not in VARIANTS]
+    for name in VARIANTS.keys() & learner.keys():
+        theirs = dict(learner[name]) if isinstance(learner[name], Mapping) else {}
+        if theirs != VARIANTS[name]:
+            lines.append(f"{name}: yours {theirs}, the reference {VARIANTS[name]}")
+    return lines
