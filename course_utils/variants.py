@@ -63,14 +63,15 @@ CURVE_METRICS = (
 TABLE_METRICS = ("final_reward", "strict_format", "accuracy")
 # How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
 LIVE_PLAN: dict[str, dict[str, Any]] = {
-    "ci": {"variants": tuple(VARIANTS), "seeds": (0,), "max_steps": 1, "hack_steps": 2},
-    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 10, "hack_steps": 10},
+    "ci": {"variants": tuple(VARIANTS), "seeds": (0,), "max_steps": 1, "hack_steps": 2, "eval_size": 2},
+    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 10, "hack_steps": 10, "eval_size": None},
 }
 
 
 @dataclass
 class VariantRun:
-    """One trained variant: its name, seed, TRL's log history, the held-out evaluation and how long it took."""
+    """One trained variant: its name, seed, TRL's log history, the held-out evaluation (on ``problems`` test problems)
+    and how long it took."""
 
     name: str
     seed: int
@@ -79,6 +80,7 @@ class VariantRun:
     strict_format: float
     seconds: float
     run_dir: Path
+    problems: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -93,6 +95,7 @@ class VariantRun:
             "final_reward": self.final_reward,
             "strict_format": self.strict_format,
             "accuracy": self.accuracy,
+            "problems": self.problems,
             "steps": len(training_logs(self.log_history)),
             "seconds": round(self.seconds, 1),
         }
@@ -131,6 +134,7 @@ def run_variant(
     reward_weights: Sequence[float] | None = None,
     log_completions: bool = False,
     eval_problems: Any = None,
+    eval_size: int | None = None,
     start: tuple[Any, Any] | None = None,
 ) -> VariantRun:
     """Train one variant from the profile's warm-started model and evaluate it on held-out test problems.
@@ -139,7 +143,7 @@ def run_variant(
     replace the course's five rewards (the reward-hack runs). ``log_completions`` makes TRL save every
     step's completions under ``<run>/completions/`` (``logged_completions`` reads them). ``start``: the
     ``(model, tokenizer)`` of ``starting_model`` to copy instead of loading it again (every run starts from the
-    same weights either way).
+    same weights either way). ``eval_size``: how many held-out test problems (default: the profile's).
     """
     from transformers import set_seed
 
@@ -164,11 +168,12 @@ def run_variant(
     dataset = training_dataset(p, tokenizer=tokenizer)
     trainer = build_trainer(model, tokenizer, p, dataset, config, reward_funcs=reward_funcs)
     trainer.train()
-    problems = eval_problems if eval_problems is not None else test_problems(p)
+    if eval_problems is None:
+        eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
     result = evaluate_model(
         trainer.model,
         tokenizer,
-        problems,
+        eval_problems,
         batch_size=p.eval_batch_size,
         max_new_tokens=p.eval_max_new_tokens,
         progress=False,
@@ -181,6 +186,7 @@ def run_variant(
         strict_format=float(result["format_score"]),
         seconds=time.perf_counter() - started,
         run_dir=run_dir,
+        problems=int(result["n"]),
     )
 
 
@@ -200,6 +206,7 @@ def run_hack(
     profile: Profile | str | None = None,
     seed: int = 0,
     max_steps: int | None = None,
+    eval_size: int | None = None,
     start: tuple[Any, Any] | None = None,
 ) -> VariantRun:
     """Train with the exploitable creativity bonus (``fixed=False``) or its fix, completions logged."""
@@ -214,6 +221,7 @@ def run_hack(
         reward_funcs=funcs,
         reward_weights=weights,
         log_completions=True,
+        eval_size=eval_size,
         start=start,
     )
 

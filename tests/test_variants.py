@@ -146,10 +146,11 @@ def test_compare_variant_fields_says_what_differs():
 
 @pytest.mark.long  # over 20 s; notebook 07 runs every variant under nbmake
 def test_a_real_variant_run_logs_the_plotted_metrics_and_evaluates():
-    run = variants.run_variant("gspo", profile="ci", seed=0, max_steps=1)
+    run = variants.run_variant("gspo", profile="ci", seed=0, max_steps=1, eval_size=1)
     [logs] = [e for e in run.log_history if "reward" in e]
     assert {"entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "completions/mean_length"} <= set(logs)
     assert 0.0 <= run.accuracy <= 1.0 and 0.0 <= run.strict_format <= 1.0 and not math.isnan(run.final_reward)
+    assert run.problems == 1 and run.row()["problems"] == 1
 
 
 def test_variants_script_arguments(load_script, tmp_path):
