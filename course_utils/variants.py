@@ -22,7 +22,7 @@ from course_utils.monitoring import reward_fifths, training_logs
 from course_utils.paths import output_dir, repo_root
 from course_utils.profiles import Profile, get_profile
 from course_utils.rewards import REWARD_FUNCS
-from course_utils.rewards.hacking import HACK_WEIGHT, novelty_reward_func, paid_novelty_reward_func
+from course_utils.rewards.hacking import length_bonus_reward_func, paid_length_bonus_reward_func
 from course_utils.training import (
     build_trainer,
     load_model_for_training,
@@ -191,13 +191,13 @@ def run_variant(
 
 
 def hack_rewards(fixed: bool = False) -> tuple[list[Callable[..., list[float]]], list[float]]:
-    """The reward functions and weights of the reward-hack runs: the five rewards plus the creativity bonus.
+    """The reward functions and weights of the reward-hack runs: the five rewards plus a thoroughness bonus.
 
-    ``fixed=False``: ``novelty_reward_func`` at ``HACK_WEIGHT`` (exploitable); ``fixed=True``:
-    ``paid_novelty_reward_func`` at weight 1 (paid only to correct answers, capped).
+    ``fixed=False``: ``length_bonus_reward_func``, paid per word to any completion (exploitable: write on past the
+    limit); ``fixed=True``: ``paid_length_bonus_reward_func``, paid only to correct answers and capped.
     """
-    bonus, weight = (paid_novelty_reward_func, 1.0) if fixed else (novelty_reward_func, HACK_WEIGHT)
-    return [*REWARD_FUNCS, bonus], [*resolve_reward_weights(None), weight]
+    bonus = paid_length_bonus_reward_func if fixed else length_bonus_reward_func
+    return [*REWARD_FUNCS, bonus], [*resolve_reward_weights(None), 1.0]
 
 
 def run_hack(
@@ -209,7 +209,7 @@ def run_hack(
     eval_size: int | None = None,
     start: tuple[Any, Any] | None = None,
 ) -> VariantRun:
-    """Train with the exploitable creativity bonus (``fixed=False``) or its fix, completions logged."""
+    """Train with the exploitable thoroughness bonus (``fixed=False``) or its fix, completions logged."""
     funcs, weights = hack_rewards(fixed)
     name = "hack_fixed" if fixed else "hack"
     return run_variant(
@@ -320,32 +320,47 @@ def mean_curves(runs: Iterable[VariantRun]) -> dict[str, list[dict[str, Any]]]:
 
 RESULTS_CSV = "variants.csv"
 LOGS_CSV = "variants_logs.csv"
+RESULTS_TXT = "variants.txt"
+HACK_RESULTS_CSV = "hack.csv"
+HACK_LOGS_CSV = "hack_logs.csv"
+HACK_COMPLETIONS_CSV = "hack_completions.csv"
+HACK_TXT = "hack.txt"
 
 
-HACK_COMPLETIONS_CSV = "variants_hack_completions.csv"
+def is_hack(run: VariantRun) -> bool:
+    """The reward-hack runs are their own experiment, recorded apart from the variants table."""
+    return run.name.startswith("hack")
 
 
-def write_results(runs: Sequence[VariantRun], folder: str | Path) -> Path:
-    """The per-run table as ``<folder>/variants.csv`` and the curves as ``variants_logs.csv`` (notebook 07 reads both).
+def write_results(runs: Sequence[VariantRun], folder: str | Path) -> list[Path]:
+    """Record the runs in ``folder`` (notebook 07 reads these files); returns the paths written.
 
-    For the reward-hack runs, their first and last logged completions go to ``variants_hack_completions.csv``.
+    Variant runs: the per-run table ``variants.csv`` and every logged step ``variants_logs.csv``. Reward-hack runs:
+    ``hack.csv``, ``hack_logs.csv`` and their first and last logged completions ``hack_completions.csv``. Only the
+    kinds present in ``runs`` are written, so recording the hack does not erase a recorded table, and back.
     """
     import pandas as pd
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / RESULTS_CSV
-    results_table(runs).to_csv(path, index=False, quoting=csv.QUOTE_MINIMAL)
-    curve_rows(runs).to_csv(folder / LOGS_CSV, index=False)
-    hacks = [run for run in runs if run.name.startswith("hack") and run.run_dir is not None]
-    if hacks:
+    written = []
+    table_runs = [run for run in runs if not is_hack(run)]
+    hack_runs = [run for run in runs if is_hack(run)]
+    kinds = ((table_runs, RESULTS_CSV, LOGS_CSV), (hack_runs, HACK_RESULTS_CSV, HACK_LOGS_CSV))
+    for kind, table_csv, logs_csv in kinds:
+        if kind:
+            results_table(kind).to_csv(folder / table_csv, index=False, quoting=csv.QUOTE_MINIMAL)
+            curve_rows(kind).to_csv(folder / logs_csv, index=False)
+            written += [folder / table_csv, folder / logs_csv]
+    if hack_runs:
         samples = []
-        for run in hacks:
+        for run in hack_runs:
             logged = logged_completions(run.run_dir)
             ends = logged[logged["step"].isin([logged["step"].min(), logged["step"].max()])]
             samples.append(ends.drop(columns=["prompt"]).assign(variant=run.name))
         pd.concat(samples, ignore_index=True).to_csv(folder / HACK_COMPLETIONS_CSV, index=False)
-    return path
+        written.append(folder / HACK_COMPLETIONS_CSV)
+    return written
 
 
 def curve_rows(runs: Iterable[VariantRun]) -> Any:
@@ -375,12 +390,12 @@ def recorded_folder() -> Path:
     return repo_root() / "benchmarks"
 
 
-def recorded_lines(folder: str | Path | None = None) -> dict[str, str]:
-    """The ``name: value`` lines of ``variants.txt`` (machine first): which machine, steps and seeds made the table.
+def recorded_lines(folder: str | Path | None = None, name: str = RESULTS_TXT) -> dict[str, str]:
+    """The ``name: value`` lines of ``variants.txt`` or ``hack.txt`` (machine first): which machine, steps and seeds.
 
     An empty dict when the script has not recorded anything yet.
     """
-    path = Path(folder or recorded_folder()) / "variants.txt"
+    path = Path(folder or recorded_folder()) / name
     if not path.is_file():
         return {}
     pairs = (line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line)

@@ -1,11 +1,12 @@
 """The full variants table of notebook 07: every variant x several seeds, then the reward hack and its fix.
 
-Prints `name: value` lines (the machine first) and writes the per-run table to <output>/variants.csv and the
-lines to <output>/variants.txt, which notebook 07 reads. `make variants` runs it on the cpu profile; on a
-2-core machine the full 30 steps x 9 variants x 2 seeds take hours, so `--steps` lowers the step count (the
-same for every variant) and the lines say what ran.
+Prints `name: value` lines (the machine first). The variants go to <output>/variants.csv, variants_logs.csv and
+variants.txt; the reward hack and its fix to hack.csv, hack_logs.csv, hack_completions.csv and hack.txt. Notebook
+07 reads both. `make variants` runs it on the cpu profile; on a 2-core machine the full 30 steps x 9 variants x 2
+seeds take hours, so `--steps` lowers the step count (the same for every variant) and the lines say what ran.
 
     python scripts/variants.py --profile cpu --steps 10 --seeds 0 1
+    python scripts/variants.py --profile cpu --no-variants --hack-steps 20   # the reward hack only
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_utils.hardware import cpu_precision, machine_summary
 from course_utils.monitoring import monitor, save_run_artifacts
 from course_utils.profiles import get_profile
 from course_utils.variants import (
+    HACK_TXT,
+    RESULTS_TXT,
     VARIANTS,
     differences_from_baseline,
     results_table,
@@ -38,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the profile's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--no-variants", action="store_true", help="skip the variants table (the reward hack only)")
     parser.add_argument("--no-hack", action="store_true", help="skip the reward-hack runs")
     parser.add_argument("--hack-first", action="store_true", help="run the reward hack and its fix before the variants")
     parser.add_argument("--hack-steps", type=int, default=None, help="GRPO steps of the hack runs (default: --steps)")
@@ -46,88 +51,107 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def emit(lines: list[str], name: str, value: object) -> None:
-    line = f"{name}: {value}"
-    print(line, flush=True)
-    lines.append(line)
+@dataclass
+class Record:
+    """One experiment's runs and `name: value` lines, rewritten to <output> after every run (cut short, it stays)."""
+
+    output: Path
+    txt: str
+    lines: list[str]
+    runs: list = field(default_factory=list)
+
+    def emit(self, name: str, value: object) -> None:
+        line = f"{name}: {value}"
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def save(self) -> None:
+        (self.output / self.txt).write_text("\n".join(self.lines) + "\n")
+
+    def keep(self, run, note: str = "") -> None:
+        self.runs.append(run)
+        save_run_artifacts(run.log_history, run.run_dir)
+        row = run.row()
+        self.emit(
+            f"variant_{run.name}_seed{run.seed}",
+            f"final_reward {row['final_reward']:.3f}, strict_format {row['strict_format']:.3f}, "
+            f"accuracy {row['accuracy']:.3f} on {row['problems']} problems, {row['steps']} steps, "
+            f"{row['seconds']:.0f} s{note}",
+        )
+        write_results(self.runs, self.output)
+        self.save()
 
 
-def record(run, runs: list, lines: list[str], output: Path, note: str = "") -> None:
-    """Keep a finished run: artifacts, its `name: value` line, the results files rewritten (cut short, it stays)."""
-    runs.append(run)
-    save_run_artifacts(run.log_history, run.run_dir)
-    row = run.row()
-    emit(
-        lines,
-        f"variant_{run.name}_seed{run.seed}",
-        f"final_reward {row['final_reward']:.3f}, strict_format {row['strict_format']:.3f}, "
-        f"accuracy {row['accuracy']:.3f}, {row['steps']} steps, {row['seconds']:.0f} s{note}",
-    )
-    write_results(runs, output)
-    (output / "variants.txt").write_text("\n".join(lines) + "\n")
+def header(args, profile, steps: int, hack_steps: int) -> list[str]:
+    """The machine and the plan, first in both lines files."""
+    pairs = [("measured_on", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))]
+    pairs += list(machine_summary().items())
+    pairs += [
+        ("cpu_precision_reason", cpu_precision().reason),
+        ("variants_profile", profile.name),
+        ("variants_steps", "none" if args.no_variants else steps),
+        ("variants_hack_steps", "none" if args.no_hack else hack_steps),
+        ("variants_seeds", " ".join(map(str, args.seeds))),
+        ("variants_eval_problems", profile.eval_size),
+    ]
+    lines = [f"{name}: {value}" for name, value in pairs]
+    print("\n".join(lines), flush=True)
+    return lines
 
 
-def run_variants(args, profile, steps: int, start, runs: list, lines: list[str]) -> None:
+def run_variants(args, profile, steps: int, start, record: Record) -> None:
     for seed in args.seeds:  # seed-major: a cut-short run still has every variant at the first seed
         for name in args.variants:
-            record(
-                run_variant(name, profile=profile, seed=seed, max_steps=steps, start=start), runs, lines, args.output
-            )
-
-
-def run_hacks(args, profile, steps: int, start, runs: list, lines: list[str]) -> None:
-    for fixed in (False, True):
-        run = run_hack(fixed, profile=profile, seed=args.seeds[0], max_steps=steps, start=start)
-        rules = sorted({finding.code for finding in monitor(run.log_history)}) or ["none"]
-        record(run, runs, lines, args.output, note=f", rules fired: {', '.join(rules)}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    profile = get_profile(args.profile)
-    if args.eval_size:
-        profile = profile.override(eval_size=args.eval_size)
-    steps = args.steps or profile.max_steps
-    lines: list[str] = []
-    emit(lines, "measured_on", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    for name, value in machine_summary().items():
-        emit(lines, name, value)
-    emit(lines, "cpu_precision_reason", cpu_precision().reason)
-    emit(lines, "variants_profile", profile.name)
-    emit(lines, "variants_steps", steps)
-    emit(lines, "variants_hack_steps", "none" if args.no_hack else args.hack_steps or steps)
-    emit(lines, "variants_seeds", " ".join(map(str, args.seeds)))
-    emit(lines, "variants_eval_problems", profile.eval_size)
-    runs: list = []
-    started = time.perf_counter()
-    start = starting_model(profile)
-    hack_steps = args.hack_steps or steps
-    if not args.no_hack and args.hack_first:
-        run_hacks(args, profile, hack_steps, start, runs, lines)
-    run_variants(args, profile, steps, start, runs, lines)
-    if not args.no_hack and not args.hack_first:
-        run_hacks(args, profile, hack_steps, start, runs, lines)
-    table = results_table(runs)
-    summary = seed_summary(table[~table["variant"].str.startswith("hack")])
-    for name, row in summary.iterrows():
-        emit(
-            lines,
+            record.keep(run_variant(name, profile=profile, seed=seed, max_steps=steps, start=start))
+    table = results_table(record.runs)
+    for name, row in seed_summary(table).iterrows():
+        record.emit(
             f"summary_{name}",
             f"{int(row['seeds'])} seeds, final_reward {row['final_reward']:.3f} ± {row['final_reward_spread']:.3f}, "
             f"strict_format {row['strict_format']:.3f} ± {row['strict_format_spread']:.3f}, "
             f"accuracy {row['accuracy']:.3f} ± {row['accuracy_spread']:.3f} (spread = max - min)",
         )
     if "dapo" in set(table["variant"]):
-        gaps = differences_from_baseline(table[~table["variant"].str.startswith("hack")])
+        gaps = differences_from_baseline(table)
         real = gaps[gaps["real"]]
-        emit(
-            lines,
+        record.emit(
             "real_differences_from_dapo",
             "; ".join(f"{r.variant} {r.metric} {r.gap:+.3f}" for r in real.itertuples()) or "none",
         )
-    emit(lines, "variants_total_seconds", round(time.perf_counter() - started))
-    (args.output / "variants.txt").write_text("\n".join(lines) + "\n")
-    print(f"written: {write_results(runs, args.output)}, its curves and {args.output / 'variants.txt'}")
+
+
+def run_hacks(args, profile, steps: int, start, record: Record) -> None:
+    for fixed in (False, True):
+        run = run_hack(fixed, profile=profile, seed=args.seeds[0], max_steps=steps, start=start)
+        rules = sorted({finding.code for finding in monitor(run.log_history)}) or ["none"]
+        record.keep(run, note=f", rules fired: {', '.join(rules)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.no_variants and args.no_hack:
+        raise SystemExit("--no-variants and --no-hack together leave nothing to run")
+    profile = get_profile(args.profile)
+    if args.eval_size:
+        profile = profile.override(eval_size=args.eval_size)
+    steps = args.steps or profile.max_steps
+    hack_steps = args.hack_steps or steps
+    args.output.mkdir(parents=True, exist_ok=True)
+    lines = header(args, profile, steps, hack_steps)
+    table, hack = Record(args.output, RESULTS_TXT, list(lines)), Record(args.output, HACK_TXT, list(lines))
+    started = time.perf_counter()
+    start = starting_model(profile)
+    if not args.no_hack and args.hack_first:
+        run_hacks(args, profile, hack_steps, start, hack)
+    if not args.no_variants:
+        run_variants(args, profile, steps, start, table)
+    if not args.no_hack and not args.hack_first:
+        run_hacks(args, profile, hack_steps, start, hack)
+    for record in (table, hack):
+        if record.runs:
+            record.emit("variants_total_seconds", round(time.perf_counter() - started))
+            record.save()
+            print(f"written: {args.output / record.txt}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -43,11 +44,15 @@ def offline_model_and_tokenizer():
 
 @pytest.fixture(scope="session")
 def load_script():
-    """Imports ``scripts/<name>.py`` as a module (the scripts are not a package)."""
+    """Imports ``scripts/<name>.py`` as a module (the scripts are not a package).
+
+    Registered in ``sys.modules`` while it runs, as a real import is: dataclasses look their module up there.
+    """
 
     def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"scripts_{name}", REPO_ROOT / "scripts" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         return module
 

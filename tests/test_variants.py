@@ -105,13 +105,36 @@ def test_runs_make_rows_tables_and_mean_curves():
 
 def test_results_files_round_trip_and_missing_file(tmp_path):
     runs = [_run("dapo", 0, [0.0, 1.0, 2.0, 3.0, 4.0]), _run("grpo", 0, [1.0] * 5)]
-    path = variants.write_results(runs, tmp_path / "bench")
-    assert variants.read_results(path).equals(variants.results_table(runs))
-    curves = variants.curves_from_rows(variants.read_results(tmp_path / "bench" / variants.LOGS_CSV))
+    bench = tmp_path / "bench"
+    written = variants.write_results(runs, bench)
+    assert written == [bench / variants.RESULTS_CSV, bench / variants.LOGS_CSV]
+    assert variants.read_results(written[0]).equals(variants.results_table(runs))
+    curves = variants.curves_from_rows(variants.read_results(bench / variants.LOGS_CSV))
     assert curves == variants.mean_curves(runs) and curves["dapo"][-1]["reward"] == 4.0
-    assert not (tmp_path / "bench" / variants.HACK_COMPLETIONS_CSV).exists()
+    assert not (bench / variants.HACK_RESULTS_CSV).exists() and not (bench / variants.HACK_COMPLETIONS_CSV).exists()
     with pytest.raises(FileNotFoundError, match="make variants"):
         variants.read_results(tmp_path / "nothing.csv")
+
+
+def test_hack_runs_are_recorded_apart_and_keep_a_recorded_table(tmp_path):
+    bench = tmp_path / "bench"
+    variants.write_results([_run("dapo", 0, [1.0] * 5)], bench)
+    table_before = (bench / variants.RESULTS_CSV).read_text()
+    run_dir = tmp_path / "hack-run"
+    (run_dir / "completions").mkdir(parents=True)
+    steps = {"step": [1, 1, 9], "prompt": ["q"] * 3, "completion": ["short", "x " * 60, "y " * 90]}
+    pd.DataFrame({**steps, "length_bonus_reward_func": [0.1, 6.0, 9.0]}).to_parquet(
+        run_dir / "completions" / "completions_00001.parquet"
+    )
+    hack = _run("hack", 0, [1.0, 2.0, 3.0, 4.0, 5.0])
+    hack.run_dir = run_dir
+    written = variants.write_results([hack], bench)
+    names = [variants.HACK_RESULTS_CSV, variants.HACK_LOGS_CSV, variants.HACK_COMPLETIONS_CSV]
+    assert [p.name for p in written] == names
+    assert (bench / variants.RESULTS_CSV).read_text() == table_before
+    samples = pd.read_csv(bench / variants.HACK_COMPLETIONS_CSV)
+    assert sorted(samples["step"]) == [1, 1, 9] and set(samples["variant"]) == {"hack"}
+    assert variants.read_results(bench / variants.HACK_RESULTS_CSV)["variant"].tolist() == ["hack"]
 
 
 def test_logged_completions_reads_trls_parquet_files(tmp_path):
@@ -160,10 +183,15 @@ def test_variants_script_arguments(load_script, tmp_path):
     assert script.parse_args([]).variants == list(variants.VARIANTS)
     with pytest.raises(SystemExit):
         script.parse_args(["--variants", "ppo"])
+    assert script.parse_args(["--no-variants", "--hack-steps", "20"]).no_variants
+    with pytest.raises(SystemExit, match="nothing to run"):
+        script.main(["--no-variants", "--no-hack", "--output", str(tmp_path)])
 
 
 def test_recorded_lines_read_name_value_pairs(tmp_path):
     assert variants.recorded_lines(tmp_path) == {}
     (tmp_path / "variants.txt").write_text("machine_cpu: Some CPU: 2 GHz\nvariants_steps: 6\nnot a pair\n")
     assert variants.recorded_lines(tmp_path) == {"machine_cpu": "Some CPU: 2 GHz", "variants_steps": "6"}
+    (tmp_path / variants.HACK_TXT).write_text("variants_hack_steps: 20\n")
+    assert variants.recorded_lines(tmp_path, variants.HACK_TXT) == {"variants_hack_steps": "20"}
     assert variants.recorded_folder().name == "benchmarks"

@@ -1,11 +1,15 @@
-"""A reward that invites hacking, and its fix: the "creativity bonus" of notebook 03, trained in notebook 07.
+"""Rewards that invite hacking, and their fix: the bonuses notebook 07 trains with until the policy games them.
 
-The source article suggests a bonus for "novel" solutions. Measured from the text, novelty is difference from
-the other completions of the batch (``novelty_scores``), and the cheapest way to be different is word salad, not
-a new method. ``novelty_reward_func`` pays that for any completion; given ``HACK_WEIGHT`` (the bonus worth as much
-as the whole task reward) a policy earns more by writing salad than by solving the problem.
-``paid_novelty_reward_func`` is the fix: the bonus goes only to correct answers and is capped at
-``NOVELTY_CAP``, so no amount of novelty outweighs being right.
+Two bonuses of the kind tutorials suggest, each paid for any completion, right or wrong:
+
+- the source article's "creativity bonus": novelty, measured as difference from the other completions of the
+  batch (``novelty_scores``). The cheapest way to be different is word salad, not a new method.
+- a "thoroughness bonus" for detailed reasoning: ``LENGTH_BONUS_PER_WORD`` for every word
+  (``length_bonus_reward_func``). The cheapest way to be thorough is to keep writing: past the completion limit
+  the answer is cut off and the task rewards are lost, and the bonus still pays.
+
+The fix is the same for both (``paid_novelty_reward_func``, ``paid_length_bonus_reward_func``): pay the bonus
+only to correct answers and cap it, so no amount of it outweighs being right.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from course_utils.rewards.corrected import answers_match, completion_texts
 
 HACK_WEIGHT = 4.0  # the bonus as large as the five rewards' maximum (4.0): "creativity matters as much as the task"
 NOVELTY_CAP = 0.25  # the fixed bonus: at most an eighth of the correctness reward
+LENGTH_BONUS_PER_WORD = 0.1  # 20 more words earn as much as a correct answer (2.0)
+LENGTH_BONUS_CAP = 0.25  # the fixed bonus: at most an eighth of the correctness reward
 
 
 def _words(text: str) -> set[str]:
@@ -44,6 +50,14 @@ def novelty_reward_func(prompts: Any = None, completions: Any = None, **kwargs: 
     return novelty_scores(completion_texts(completions))
 
 
+def _one_gold_per_completion(name: str, texts: list[str], answer: Any) -> None:
+    if answer is None or isinstance(answer, str) or len(answer) != len(texts):
+        raise ValueError(
+            f"{name} needs one gold answer per completion ({len(texts)}); "
+            "GRPOTrainer passes the dataset's `answer` column"
+        )
+
+
 def paid_novelty_reward_func(
     prompts: Any = None, completions: Any = None, answer: Any = None, **kwargs: Any
 ) -> list[float]:
@@ -53,11 +67,7 @@ def paid_novelty_reward_func(
     an uncapped bonus can outgrow the task it decorates.
     """
     texts = completion_texts(completions)
-    if answer is None or isinstance(answer, str) or len(answer) != len(texts):
-        raise ValueError(
-            f"paid_novelty_reward_func needs one gold answer per completion ({len(texts)}); "
-            "GRPOTrainer passes the dataset's `answer` column"
-        )
+    _one_gold_per_completion("paid_novelty_reward_func", texts, answer)
     novelty = novelty_scores(texts)
     return [
         NOVELTY_CAP * score if answers_match(extract_xml_answer(text), gold) else 0.0
@@ -65,10 +75,37 @@ def paid_novelty_reward_func(
     ]
 
 
+def length_bonus_reward_func(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float]:
+    """The thoroughness bonus as usually written: ``LENGTH_BONUS_PER_WORD`` per word, right or wrong, uncapped."""
+    return [LENGTH_BONUS_PER_WORD * len(text.split()) for text in completion_texts(completions)]
+
+
+def paid_length_bonus_reward_func(
+    prompts: Any = None, completions: Any = None, answer: Any = None, **kwargs: Any
+) -> list[float]:
+    """The fixed thoroughness bonus: per word, capped at ``LENGTH_BONUS_CAP``, paid only when the answer is correct.
+
+    Gated, because a wrong answer cut off at the limit must not earn more than a right one; capped, because an
+    uncapped length bonus rewards padding once the answer is right.
+    """
+    texts = completion_texts(completions)
+    _one_gold_per_completion("paid_length_bonus_reward_func", texts, answer)
+    return [
+        min(LENGTH_BONUS_PER_WORD * len(text.split()), LENGTH_BONUS_CAP)
+        if answers_match(extract_xml_answer(text), gold)
+        else 0.0
+        for text, gold in zip(texts, answer, strict=True)
+    ]
+
+
 __all__ = [
     "HACK_WEIGHT",
+    "LENGTH_BONUS_CAP",
+    "LENGTH_BONUS_PER_WORD",
     "NOVELTY_CAP",
+    "length_bonus_reward_func",
     "novelty_reward_func",
     "novelty_scores",
+    "paid_length_bonus_reward_func",
     "paid_novelty_reward_func",
 ]
