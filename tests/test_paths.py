@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
+
 from course_utils import paths
+from course_utils.profiles import PROFILES, get_profile
 
 
 def test_repo_root_holds_the_notebooks_whatever_the_working_directory(monkeypatch, tmp_path):
@@ -30,3 +34,123 @@ def test_default_cache_is_under_the_user_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert paths.cache_dir() == Path(tmp_path) / "grpo-course"
+
+
+NOTEBOOK_TABLE = """# Course
+
+## The notebooks
+
+| notebook | what you do | ci | cpu | Colab |
+| --- | --- | --- | --- | --- |
+| [`notebooks/00_setup.ipynb`](notebooks/00_setup.ipynb) | check the set-up | 0.5 min | 1 min | [badge](x) |
+| [`notebooks/03_reward_functions.ipynb`](notebooks/03_reward_functions.ipynb) | a \\| b | 2 min | 3 min | [b](y) |
+
+## Next section
+"""
+
+
+def write_readme(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "README.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_real_readme_has_a_row_with_every_profile_for_every_notebook():
+    table = paths.readme_run_times()
+    assert sorted(table) == sorted(p.stem for p in (paths.repo_root() / "notebooks").glob("*.ipynb"))
+    for stem, times in table.items():
+        assert set(times) == set(PROFILES), f"{stem}: columns {sorted(times)}, profiles {sorted(PROFILES)}"
+        assert all(re.search(r"\d", time) for time in times.values()), (stem, times)
+
+
+def test_run_times_are_read_by_stem_number_or_file_name(tmp_path):
+    readme = write_readme(tmp_path, NOTEBOOK_TABLE)
+    expected = {"ci": "2 min", "cpu": "3 min"}
+    for name in ("03_reward_functions", "03", "03_reward_functions.ipynb", "notebooks/03_reward_functions.ipynb"):
+        assert paths.notebook_run_times(name, readme) == expected
+    assert paths.notebook_run_times("00", readme) == {"ci": "0.5 min", "cpu": "1 min"}
+
+
+def test_describe_run_time_gives_this_profile_first_then_the_others(tmp_path):
+    readme = write_readme(tmp_path, NOTEBOOK_TABLE)
+    line = paths.describe_run_time("03", get_profile("cpu"), readme)
+    assert line == (
+        "Expected run time of 03_reward_functions on the cpu profile: 3 min "
+        "(README's notebook table; other profiles: ci 2 min)."
+    )
+    assert paths.describe_run_time("03_reward_functions", "CI", readme).startswith(
+        "Expected run time of 03_reward_functions on the ci profile: 2 min"
+    )
+
+
+def test_the_real_readme_describes_every_notebook_on_every_profile():
+    for stem in paths.readme_run_times():
+        for name in PROFILES:
+            line = paths.describe_run_time(stem, get_profile(name))
+            assert line.startswith(f"Expected run time of {stem} on the {name} profile: "), line
+
+
+def test_a_profile_without_a_column_is_named_with_the_fix(tmp_path):
+    line = paths.describe_run_time("00", "gpu", write_readme(tmp_path, NOTEBOOK_TABLE))
+    assert "No expected run time of 00_setup for the gpu profile" in line
+    assert "columns for ci, cpu only" in line and "add a 'gpu' column" in line
+
+
+def test_a_missing_readme_is_an_error_for_the_parser_and_a_pointer_in_the_notebook(tmp_path):
+    missing = tmp_path / "README.md"
+    with pytest.raises(FileNotFoundError, match=r"README\.md not found"):
+        paths.notebook_run_times("00", missing)
+    line = paths.describe_run_time("00_setup", "ci", missing)
+    assert f"no README.md at {missing}" in line and paths.README_URL in line
+
+
+def test_an_unknown_notebook_raises_listing_the_known_ones(tmp_path):
+    readme = write_readme(tmp_path, NOTEBOOK_TABLE)
+    for bad in ("08", "0", "setup", "04_train_grpo"):
+        with pytest.raises(ValueError, match=r"Unknown notebook .*00_setup, 03_reward_functions"):
+            paths.notebook_run_times(bad, readme)
+    with pytest.raises(ValueError, match="Unknown notebook"):
+        paths.describe_run_time("08", "ci", readme)
+
+
+@pytest.mark.parametrize("bad", ["", "  ", None, 3])
+def test_a_notebook_that_is_not_a_name_is_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match="notebook must be a name"):
+        paths.notebook_run_times(bad, write_readme(tmp_path, NOTEBOOK_TABLE))
+
+
+@pytest.mark.parametrize("bad", ["", None, 3])
+def test_a_profile_that_is_not_a_name_is_refused(tmp_path, bad):
+    with pytest.raises(ValueError, match="profile must be a profile name"):
+        paths.describe_run_time("00", bad, write_readme(tmp_path, NOTEBOOK_TABLE))
+
+
+def test_a_notebook_without_a_row_is_unknown(tmp_path):
+    lines = NOTEBOOK_TABLE.splitlines(keepends=True)
+    readme = write_readme(tmp_path, "".join(line for line in lines if "03_reward" not in line))
+    assert list(paths.readme_run_times(readme)) == ["00_setup"]
+    with pytest.raises(ValueError, match=r"Unknown notebook '03'.*has 00_setup \("):
+        paths.notebook_run_times("03", readme)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("| 2 min | 3 min |", "| 2 min |", r"README.md:8: malformed notebook row \(4 cells, the header has 5"),
+        ("[`notebooks/00_setup.ipynb`](notebooks/00_setup.ipynb)", "setup", r"README.md:7: malformed notebook row"),
+        ("| 0.5 min |", "|  |", r"README.md:7: 00_setup has no run time for ci"),
+        ("| notebook | what you do |", "| file | what you do |", "has no notebook table"),
+        ("| --- | --- | --- | --- | --- |\n", "", "has no notebook table"),
+    ],
+)
+def test_a_malformed_table_is_an_error_naming_the_line_and_the_fix(tmp_path, old, new, message):
+    assert old in NOTEBOOK_TABLE
+    readme = write_readme(tmp_path, NOTEBOOK_TABLE.replace(old, new, 1))
+    with pytest.raises(ValueError, match=message):
+        paths.readme_run_times(readme)
+
+
+def test_a_table_without_profile_columns_is_an_error(tmp_path):
+    readme = write_readme(tmp_path, "| notebook | what you do | Colab |\n| --- | --- | --- |\n")
+    with pytest.raises(ValueError, match="no profile column"):
+        paths.readme_run_times(readme)

@@ -66,6 +66,38 @@ def test_notebook_starts_with_goals_and_run_time_then_the_colab_cell(path):
     assert 'if "google.colab" in sys.modules' in colab and "scripts/colab_install.py" in colab
 
 
+# A run time stated in text: "~30 s", "< 2 min", "1–2 min", "15-20 minutes", "under a minute", "an hour".
+RUN_TIME_FIGURE = re.compile(
+    r"\d+(?:[.,]\d+)?\s*(?:[-–]\s*\d+(?:[.,]\d+)?\s*)?(?:min(?:ute)?s?|s|sec(?:ond)?s?|h|hours?)\b"
+    r"|\ban? (?:minute|hour)\b",
+    re.IGNORECASE,
+)
+
+
+def run_time_figures(text: str) -> list[str]:
+    return [match.group(0) for match in RUN_TIME_FIGURE.finditer(text)]
+
+
+def test_run_time_figures_are_found_and_other_numbers_are_not():
+    stated = "| `ci` | ~30 s | ~0.5 min | < 2 min | 1–2 min | ~15-20 min (estimate) | 3 minutes | 2 h | under a minute"
+    assert run_time_figures(stated) == [
+        "30 s", "0.5 min", "2 min", "1–2 min", "15-20 min", "3 minutes", "2 h", "a minute"
+    ]  # fmt: skip
+    other = "`cpu` 50, 8 problems, 2 seeds x 10 steps, 30–70% of the maximum, 1 step, `cpu_lab_minutes`, 135M"
+    assert run_time_figures(other) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_reads_its_run_time_from_the_readme_instead_of_restating_it(path):
+    """The README's notebook table is the one home of run times; the notebook prints its own row of it."""
+    notebook = load(path)
+    first = "".join(notebook["cells"][0]["source"])
+    assert not run_time_figures(first), f"{path.name} restates run times {run_time_figures(first)}: cite the README"
+    assert "README's notebook table" in " ".join(first.split())
+    printed = f'print(describe_run_time("{path.stem}", '
+    assert any(printed in code for code in code_cells(notebook)[1:3]), f"{path.name} does not print {printed}...)"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_ends_with_a_recap_and_checked_exercises(path):
     notebook = load(path)
