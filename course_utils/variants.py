@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from course_utils.evaluation import evaluate_model, test_problems
 from course_utils.monitoring import reward_fifths, training_logs
@@ -108,13 +108,21 @@ def variant_fields(name: str) -> dict[str, Any]:
     return dict(VARIANTS[name])
 
 
-def starting_model(profile: Profile | str | None = None) -> tuple[Any, Any]:
-    """The model every variant starts from: the profile's model after its (cached) warm start, and the tokenizer."""
+class StartingPoint(NamedTuple):
+    """What every run of one profile shares: the warm-started model (copied per run), its tokenizer, the prompts."""
+
+    model: Any
+    tokenizer: Any
+    dataset: Any
+
+
+def starting_model(profile: Profile | str | None = None) -> StartingPoint:
+    """The profile's model after its (cached) warm start, the tokenizer and the GRPO prompts, built once for all."""
     p = get_profile(profile)
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:
         model = warm_start(model, tokenizer, p, cache=True)
-    return model, tokenizer
+    return StartingPoint(model, tokenizer, training_dataset(p, tokenizer=tokenizer))
 
 
 def live_plan(profile: Profile | str | None = None) -> dict[str, Any]:
@@ -135,14 +143,14 @@ def run_variant(
     log_completions: bool = False,
     eval_problems: Any = None,
     eval_size: int | None = None,
-    start: tuple[Any, Any] | None = None,
+    start: StartingPoint | None = None,
 ) -> VariantRun:
     """Train one variant from the profile's warm-started model and evaluate it on held-out test problems.
 
     ``fields`` (default: ``VARIANTS[name]``) are ``GRPOConfig`` fields; ``reward_funcs`` / ``reward_weights``
     replace the course's five rewards (the reward-hack runs). ``log_completions`` makes TRL save every
     step's completions under ``<run>/completions/`` (``logged_completions`` reads them). ``start``: the
-    ``(model, tokenizer)`` of ``starting_model`` to copy instead of loading it again (every run starts from the
+    ``StartingPoint`` of ``starting_model``, whose model is copied instead of loaded again (every run starts from the
     same weights either way). ``eval_size``: how many held-out test problems (default: the profile's).
     """
     from transformers import set_seed
@@ -152,7 +160,12 @@ def run_variant(
     run_dir = output_dir() / "07-variants" / f"{name}-seed{seed}"
     started = time.perf_counter()
     set_seed(seed)
-    model, tokenizer = (copy.deepcopy(start[0]), start[1]) if start is not None else starting_model(p)
+    if start is None:
+        start = starting_model(p)  # a fresh model, trained in place
+        model = start.model
+    else:
+        model = copy.deepcopy(start.model)  # every run trains its own copy of the shared start
+    tokenizer = start.tokenizer
     overrides: dict[str, Any] = {
         "seed": seed,
         "max_steps": max_steps or p.max_steps,
@@ -165,8 +178,7 @@ def run_variant(
     if reward_weights is not None:
         overrides["reward_weights"] = list(reward_weights)
     config = make_grpo_config(p, run_dir, **overrides)
-    dataset = training_dataset(p, tokenizer=tokenizer)
-    trainer = build_trainer(model, tokenizer, p, dataset, config, reward_funcs=reward_funcs)
+    trainer = build_trainer(model, tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
     trainer.train()
     if eval_problems is None:
         eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
@@ -207,7 +219,7 @@ def run_hack(
     seed: int = 0,
     max_steps: int | None = None,
     eval_size: int | None = None,
-    start: tuple[Any, Any] | None = None,
+    start: StartingPoint | None = None,
 ) -> VariantRun:
     """Train with the exploitable thoroughness bonus (``fixed=False``) or its fix, completions logged."""
     funcs, weights = hack_rewards(fixed)
