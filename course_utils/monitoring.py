@@ -154,7 +154,7 @@ THRESHOLDS: dict[str, float] = {
     "clipped_high": 0.3,  # mean clipped ratio over the window above this: completions truncated
     "hack_reward_gain": 0.2,  # total reward up by at least this from the first third of the run to the last...
 }
-# ...while the course's five rewards (the task: a right answer in the right format) did not rise and another grew
+# ...and another reward rose by more than the course's five together (the task: a right answer, well formatted)
 TASK_REWARD_COLUMNS = tuple(
     f"rewards/{name}/mean"
     for name in (
@@ -287,11 +287,12 @@ def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
 
 
 def _check_reward_without_task(logs: list[dict[str, Any]]) -> list[Finding]:
-    """The total reward rises, a reward outside the task grows, and the task rewards do not: a bonus is gamed.
+    """The total reward rises, mostly through a reward outside the task: a bonus is being gamed.
 
-    Compares the first third of the logged steps with the last third (at least 6 logs), so one lucky step
-    does not fire it. The task is the course's five rewards (``TASK_REWARD_COLUMNS``); a run with only those
-    never fires.
+    Fires when a reward outside the task rose by more than the task's rewards together: the policy found a
+    cheaper way to earn than solving the problem. Compares the first third of the logged steps with the last
+    third (at least 6 logs), so one lucky step does not fire it. The task is the course's five rewards
+    (``TASK_REWARD_COLUMNS``); a run with only those never fires.
     """
     rewards = _series(logs, "reward")
     columns = sorted({k for e in logs for k in e if k.startswith("rewards/") and k.endswith("/mean")})
@@ -307,14 +308,14 @@ def _check_reward_without_task(logs: list[dict[str, Any]]) -> list[Finding]:
 
     reward_gain, task_gain = gain("reward"), sum(gain(c) for c in task)
     grower = max(others, key=gain)
-    if reward_gain < THRESHOLDS["hack_reward_gain"] or task_gain > 0 or gain(grower) <= 0:
+    if reward_gain < THRESHOLDS["hack_reward_gain"] or gain(grower) <= max(task_gain, 0.0):
         return []
     return [
         _finding(
             "reward_without_task",
             rewards[-1][0],
             f"the total reward rose by {reward_gain:+.2f} over the run and {grower.split('/')[1]} by "
-            f"{gain(grower):+.2f}, while the task rewards (the course's five) changed by {task_gain:+.2f}: the "
+            f"{gain(grower):+.2f}, more than the task rewards (the course's five) together, {task_gain:+.2f}: the "
             "policy earns its reward somewhere else",
             "suspect reward hacking: read the logged completions (log_completions=True), then gate or cap the "
             "reward that grows",

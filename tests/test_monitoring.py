@@ -186,13 +186,14 @@ def test_flat_reward_cause_names_bad_input():
         flat_reward_cause("log_history.csv")
 
 
-def test_reward_without_task_fires_when_a_bonus_grows_and_the_task_does_not():
+@pytest.mark.parametrize("task_step", [-0.02, 0.0, 0.05])  # the task falls, stays, or rises less than the bonus
+def test_reward_without_task_fires_when_a_bonus_outgrows_the_task(task_step):
     n = 9
     hacked = _history(
         n,
         **{
             "rewards/novelty_reward_func/mean": [0.3 + 0.06 * i for i in range(n)],
-            "rewards/strict_format_reward_func/mean": [0.3 - 0.02 * i for i in range(n)],
+            "rewards/strict_format_reward_func/mean": [0.3 + task_step * i for i in range(n)],
         },
     )
     [finding] = monitor(hacked)
@@ -206,9 +207,9 @@ def test_reward_without_task_stays_silent_when_the_task_rises_or_the_run_is_shor
         n,
         **{
             "rewards/novelty_reward_func/mean": [0.3 + 0.06 * i for i in range(n)],
-            "rewards/strict_format_reward_func/mean": [0.1 + 0.05 * i for i in range(n)],
+            "rewards/strict_format_reward_func/mean": [0.1 + 0.08 * i for i in range(n)],
         },
     )
-    assert monitor(learning) == []
+    assert monitor(learning) == []  # the task rose more than the bonus
     short = _history(4, **{"rewards/novelty_reward_func/mean": [0.1, 0.5, 0.9, 1.0]})
     assert monitor(short) == []
