@@ -71,7 +71,7 @@ course: setup
 # The training comparisons (several whole `cpu` lab runs each, tens of minutes) are `make bench-long`.
 BENCH_RESULTS ?= benchmarks/results.txt
 BENCH_LONG_RESULTS ?= benchmarks/results_long.txt
-LONG_BENCHES := $(wildcard benchmarks/bench_reward_presets.py benchmarks/bench_variants.py)
+LONG_BENCHES := benchmarks/bench_reward_presets.py
 bench: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(filter-out benchmarks/bench_00_machine.py $(LONG_BENCHES),$(wildcard benchmarks/bench_*.py)); do \
 	  echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
@@ -83,7 +83,7 @@ bench-long: setup
 	@mv $(BENCH_LONG_RESULTS).new $(BENCH_LONG_RESULTS); echo "written: $(BENCH_LONG_RESULTS)"
 
 # Notebook 07's full table: every GRPO variant x 2 seeds, then the reward hack and its fix (hours on 2 cores);
-# VARIANTS_ARGS="--steps 10" shortens every run alike. Writes benchmarks/variants.{csv,txt} and the curves.
+# VARIANTS_ARGS="--steps 10" shortens every run alike. Writes benchmarks/variants.* and benchmarks/hack.*.
 VARIANTS_ARGS ?=
 variants: setup
 	GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) scripts/variants.py --profile cpu $(VARIANTS_ARGS)
