@@ -5,8 +5,9 @@ again, and with LoRA it runs every adapter as two extra small products at each n
 generation is most of a training step, both cost time that changes nothing in what is sampled:
 
 - each distinct prompt is read once, and its key/value cache is copied to the rows of its group;
-- the adapters are folded into a copy of the weights they modify, for the length of the call, and the
-  original weights are put back afterwards (the trained model never sees the copy).
+- on fp32 weights, the adapters are folded into a copy of the weights they modify, for the length of the call,
+  and the original weights are put back afterwards (the trained model never sees the copy). bf16 weights keep
+  their adapters: folding would round small updates away.
 
 Sampling itself stays transformers' ``generate`` with the trainer's generation config, so the completions
 come from the current policy. :class:`GroupGeneration` installs this in a ``GRPOTrainer`` as a callback.
@@ -66,10 +67,14 @@ def lora_layers(model: Any) -> list[Any]:
 
 
 def foldable(layer: Any) -> bool:
-    """Whether a LoRA layer's delta can be added into a copy of its base weight: a plain floating-point
-    ``nn.Linear`` can, a quantized base (4-bit on a GPU) cannot, and then the adapters run as usual."""
+    """Whether a LoRA layer's delta can be added into a copy of its base weight without changing the policy.
+
+    Only an fp32 ``nn.Linear``: a bf16 weight keeps about 3 significant digits, so an early adapter update (a
+    small fraction of a weight) would round away and the sampler would lag behind the policy being trained;
+    a quantized base (4-bit on a GPU) cannot take a delta at all. Elsewhere the adapters run as usual.
+    """
     base = layer.get_base_layer()
-    return type(base) is torch.nn.Linear and base.weight.is_floating_point()
+    return type(base) is torch.nn.Linear and base.weight.dtype == torch.float32
 
 
 @contextmanager

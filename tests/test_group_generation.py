@@ -139,9 +139,39 @@ def test_callback_needs_the_trainers_model():
         gg.GroupGeneration().on_train_begin(None, None, None)
 
 
-def test_only_plain_float_linear_layers_are_folded():
+def small_update_model(dtype: torch.dtype):
+    """LoRA as after a few steps: B small, so the adapters move the logits by about 1/200 of a weight's size."""
+    model = lora_model(dtype)
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=1e-3)
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_small_adapter_update_reaches_the_sampler(dtype):
+    """The sampler follows the policy from the first small update on (bf16 folding would round it away)."""
+    inputs = grouped_prompts()
+    model = small_update_model(dtype)
+    settings = {"do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+    plain = generate(model, inputs, **settings)
+    with model.disable_adapter():
+        base = generate(model, inputs, **settings)
+    gg.install(model)
+    grouped = generate(model, inputs, **settings)
+
+    def largest_gap(first, second):
+        return max((a.float() - b.float()).abs().max().item() for a, b in zip(first.logits, second.logits, strict=True))
+
+    update = largest_gap(plain, base)
+    assert update > 0, "the adapters must change the logits for this test to mean anything"
+    assert largest_gap(grouped, plain) < update / 4, f"the sampler misses the update ({update:.1e})"
+
+
+def test_only_fp32_linear_layers_are_folded():
     model = lora_model()
     assert all(gg.foldable(layer) for layer in gg.lora_layers(model))
+    assert not any(gg.foldable(layer) for layer in gg.lora_layers(lora_model(torch.bfloat16)))
     layer = gg.lora_layers(model)[0]
     layer.get_base_layer().weight.data = layer.get_base_layer().weight.data.to(torch.int8)
     assert not gg.foldable(layer)
