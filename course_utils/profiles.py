@@ -66,7 +66,7 @@ class Profile:
     # Keep big freed blocks in the process instead of returning them to the OS (course_utils.cpu_allocator):
     # TRL's CPU log-softmax allocates ~90 MB temporaries that would otherwise fault in page by page each time
     reuse_freed_memory: bool = False
-    # Sample each group with its prompt read once and the adapters folded into the weights
+    # Sample each group with its prompt read once and, on fp32 weights, the adapters folded into the weights
     # (course_utils.group_generation): the same policy, fewer passes over the weights on a CPU
     group_generation: bool = False
     # Added for training (course_utils.training): the warm start and the optimiser
