@@ -37,6 +37,17 @@ def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and "reward" in entry]
 
 
+def step_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every logged optimizer step (the entries with a ``loss``), without the run summary.
+
+    With ``num_iterations > 1`` a generated batch is used for several steps; TRL logs the reused steps' loss and
+    clip ratios but no reward (nothing new was generated), so ``training_logs`` leaves them out. Those are the
+    only steps where the ratio differs from 1 and clipping can act.
+    """
+    training_logs(log_history)  # the same check of the input
+    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and "loss" in entry]
+
+
 def log_history_frame(log_history: Sequence[Mapping[str, Any]]) -> Any:
     """The training logs as a DataFrame indexed by step (one column per metric)."""
     import pandas as pd

@@ -7,6 +7,7 @@ matplotlib figure and returns it, so notebooks show it and tests can check it wi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -318,6 +319,11 @@ VARIANT_PANELS = (
 )
 
 
+def _logged(value: Any) -> bool:
+    """A value a step really logged: not missing, not the NaN a table gives a step that did not log it."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def plot_variant_curves(curves: dict[str, list[dict]], title: str = "GRPO variants") -> Figure:
     """One panel per logged metric, one line per variant (notebook 07).
 
@@ -328,7 +334,7 @@ def plot_variant_curves(curves: dict[str, list[dict]], title: str = "GRPO varian
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     for ax, (key, label) in zip(axes.flat, VARIANT_PANELS, strict=True):
         for name, logs in curves.items():
-            pairs = [(e.get("step", i + 1), e[key]) for i, e in enumerate(logs) if e.get(key) is not None]
+            pairs = [(e.get("step", i + 1), e[key]) for i, e in enumerate(logs) if _logged(e.get(key))]
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], marker=".", label=name)
         ax.set_title(label, fontsize=10)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from course_utils.evaluation import evaluate_model, test_problems
-from course_utils.monitoring import reward_fifths, training_logs
+from course_utils.monitoring import reward_fifths, step_logs, training_logs
 from course_utils.paths import output_dir, repo_root
 from course_utils.profiles import Profile, get_profile
 from course_utils.rewards import REWARD_FUNCS
@@ -376,12 +376,13 @@ def write_results(runs: Sequence[VariantRun], folder: str | Path) -> list[Path]:
 
 
 def curve_rows(runs: Iterable[VariantRun]) -> Any:
-    """Every run's logged steps, one row per (variant, seed, step): the curves, kept with the results."""
+    """Every run's logged optimizer steps, one row per (variant, seed, step): the curves, kept with the results.
+
+    Steps that reuse a batch (``num_iterations > 1``) are kept: they carry the clip ratios but no reward.
+    """
     import pandas as pd
 
-    rows = [
-        {"variant": run.name, "seed": run.seed, **entry} for run in runs for entry in training_logs(run.log_history)
-    ]
+    rows = [{"variant": run.name, "seed": run.seed, **entry} for run in runs for entry in step_logs(run.log_history)]
     frame = pd.DataFrame(rows)
     keep = ["variant", "seed", "step", *CURVE_METRICS]
     keep += [c for c in frame.columns if c.startswith("rewards/") and c.endswith("/mean")]

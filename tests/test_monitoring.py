@@ -14,6 +14,7 @@ from course_utils.monitoring import (
     monitor,
     reward_fifths,
     save_run_artifacts,
+    step_logs,
     training_logs,
 )
 
@@ -213,3 +214,15 @@ def test_reward_without_task_stays_silent_when_the_task_rises_or_the_run_is_shor
     assert monitor(learning) == []  # the task rose more than the bonus
     short = _history(4, **{"rewards/novelty_reward_func/mean": [0.1, 0.5, 0.9, 1.0]})
     assert monitor(short) == []
+
+
+def test_step_logs_keep_the_steps_that_reuse_a_batch():
+    history = [
+        {"step": 1, "loss": 0.0, "reward": 0.5, "clip_ratio/high_mean": 0.0},
+        {"step": 2, "loss": 0.01, "clip_ratio/high_mean": 0.25},  # num_iterations=2: the batch used again
+        {"step": 2, "train_runtime": 3.0, "train_loss": 0.005},
+    ]
+    assert [e["step"] for e in step_logs(history)] == [1, 2]
+    assert [e["step"] for e in training_logs(history)] == [1]
+    with pytest.raises(TypeError, match="log_history must be a list"):
+        step_logs("log_history.csv")

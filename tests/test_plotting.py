@@ -90,6 +90,16 @@ def test_variant_curves_draw_one_line_per_variant_and_skip_missing_metrics():
     assert len(plotting.plot_variant_curves({}).axes[0].lines) == 0
 
 
+def test_variant_curves_skip_the_steps_that_logged_no_value():
+    """A reused batch's step (num_iterations=2) logs clip ratios but no reward: NaN in a table, not a point."""
+    nan = float("nan")
+    curves = {"gspo": [{"step": 1, "reward": 0.4, "clip_ratio/high_mean": 0.0},
+                       {"step": 2, "reward": nan, "clip_ratio/high_mean": 0.5}]}  # fmt: skip
+    fig = plotting.plot_variant_curves(curves)
+    [reward_line] = fig.axes[0].lines
+    assert list(reward_line.get_xdata()) == [1]
+
+
 def test_variant_table_draws_bars_with_spread_and_names_missing_columns():
     summary = pd.DataFrame({"accuracy": [0.1, 0.2], "accuracy_spread": [0.02, 0.04]}, index=["dapo", "grpo"])
     fig = plotting.plot_variant_table(summary, "accuracy", baseline="dapo")

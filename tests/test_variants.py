@@ -88,7 +88,10 @@ def test_differences_from_baseline_flag_only_gaps_beyond_the_noise():
 
 
 def _run(name, seed, rewards):
-    logs = [{"step": i + 1, "reward": r, "entropy": 0.5, "clip_ratio/low_mean": 0.0} for i, r in enumerate(rewards)]
+    logs = [
+        {"step": i + 1, "loss": 0.0, "reward": r, "entropy": 0.5, "clip_ratio/low_mean": 0.0}
+        for i, r in enumerate(rewards)
+    ]
     return variants.VariantRun(name, seed, [*logs, {"train_runtime": 1.0}], 0.1, 0.5, 3.0, run_dir=None)
 
 
@@ -101,6 +104,14 @@ def test_runs_make_rows_tables_and_mean_curves():
     assert "completions/mean_length" not in curves["dapo"][0]
     with pytest.raises(ValueError, match="at least one run"):
         variants.results_table([])
+
+
+def test_curves_keep_the_clip_ratios_of_the_steps_that_reuse_a_batch():
+    run = _run("gspo", 0, [1.0])
+    run.log_history.insert(1, {"step": 2, "loss": 0.01, "clip_ratio/low_mean": 0.25, "entropy": 0.5})
+    rows = variants.curve_rows([run])
+    assert list(rows["step"]) == [1, 2] and list(rows["clip_ratio/low_mean"]) == [0.0, 0.25]
+    assert variants.results_table([run])["final_reward"].tolist() == [1.0]  # the reward comes from step 1 only
 
 
 def test_results_files_round_trip_and_missing_file(tmp_path):
