@@ -44,8 +44,8 @@ def main() -> None:
         return
 
     profile = get_profile(args.profile)
-    if not args.lora:
-        profile = profile.override(use_lora=False, beta=0.0)
+    if not args.lora:  # full fine-tuning trains fp32 weights: bf16 ones would lose small updates to rounding
+        profile = profile.override(use_lora=False, beta=0.0, train_dtype=None)
     result = measure_grpo_step_peak(profile, steps=args.steps)
     estimate = result["estimate"]
     print(f"profile: {profile.name} ({'LoRA' if profile.use_lora else 'full fine-tuning'}, {args.steps} steps)")
