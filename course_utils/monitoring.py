@@ -28,13 +28,17 @@ from course_utils.findings import Finding
 from course_utils.plotting import plot_training_dashboard
 
 
-def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The GRPO training entries of a log history (those with a ``reward``), without the run summary."""
+def _entries_with(log_history: Sequence[Mapping[str, Any]], key: str) -> list[dict[str, Any]]:
     if not isinstance(log_history, Sequence) or isinstance(log_history, str):
         raise TypeError(
             f"log_history must be a list of dicts (trainer.state.log_history), got {type(log_history).__name__}"
         )
-    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and "reward" in entry]
+    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and key in entry]
+
+
+def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The GRPO training entries of a log history (those with a ``reward``), without the run summary."""
+    return _entries_with(log_history, "reward")
 
 
 def step_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -44,8 +48,7 @@ def step_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     clip ratios but no reward (nothing new was generated), so ``training_logs`` leaves them out. Those are the
     only steps where the ratio differs from 1 and clipping can act.
     """
-    training_logs(log_history)  # the same check of the input
-    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and "loss" in entry]
+    return _entries_with(log_history, "loss")
 
 
 def log_history_frame(log_history: Sequence[Mapping[str, Any]]) -> Any:
