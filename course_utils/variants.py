@@ -13,7 +13,7 @@ import copy
 import csv
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -81,7 +81,6 @@ class VariantRun:
     seconds: float
     run_dir: Path
     problems: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def final_reward(self) -> float:
@@ -141,7 +140,6 @@ def run_variant(
     reward_funcs: Sequence[Callable[..., list[float]]] | None = None,
     reward_weights: Sequence[float] | None = None,
     log_completions: bool = False,
-    eval_problems: Any = None,
     eval_size: int | None = None,
     start: StartingPoint | None = None,
 ) -> VariantRun:
@@ -180,8 +178,7 @@ def run_variant(
     config = make_grpo_config(p, run_dir, **overrides)
     trainer = build_trainer(model, tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
     trainer.train()
-    if eval_problems is None:
-        eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
+    eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
     result = evaluate_model(
         trainer.model,
         tokenizer,
