@@ -4,9 +4,11 @@ Prints `name: value` lines:
 
 - ``generate_tokens_per_second``: the lab's generation (its model in this machine's precision path, LoRA
   applied as the trainer applies it, sampled through ``course_utils.group_generation`` as the trainer samples,
-  one prompt times ``num_generations``, ``max_completion_length`` new tokens);
-- ``generate_hf_default_tokens_per_second``: the same prompts and token count through plain
+  one prompt times ``num_generations``, ``max_completion_length`` new tokens, sampled with the trainer's
+  settings from ``GRPOConfig``);
+- ``generate_hf_default_tokens_per_second``: the same prompts, sampling settings and token count through plain
   ``model.generate`` on the fp32 model without adapters (transformers' default cache);
+- ``generate_linear_kernels``: which packed kernel this machine measured fastest for each weight shape;
 - ``generate_speedup_vs_hf_default``: the first divided by the second, in the same run (target: at least 2).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import tempfile
 import time
 from typing import Any
 
@@ -26,13 +29,22 @@ from course_utils.data import load_gsm8k
 from course_utils.group_generation import install
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
+from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
 from course_utils.profiles import get_profile
-from course_utils.training import load_model_for_training, make_lora_config
+from course_utils.training import load_model_for_training, make_grpo_config, make_lora_config
 
 REPEATS = 3
 
 
-def tokens_per_second(model: Any, inputs: dict[str, Any], new_tokens: int, pad_token_id: int) -> float:
+def trainer_sampling(profile: Any) -> dict[str, Any]:
+    """The sampling settings ``GRPOTrainer`` passes to ``generate`` for this profile (TRL's defaults included)."""
+    with tempfile.TemporaryDirectory() as folder:
+        config = make_grpo_config(profile, output_dir=folder)
+    names = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+    return {"do_sample": True, **{name: getattr(config, name) for name in names}}
+
+
+def tokens_per_second(model: Any, inputs: dict[str, Any], new_tokens: int, sampling: dict[str, Any]) -> float:
     """Median completion tokens per second over ``REPEATS`` sampled generations, after one warm-up."""
     rows = inputs["input_ids"].shape[0]
     seconds = []
@@ -42,10 +54,9 @@ def tokens_per_second(model: Any, inputs: dict[str, Any], new_tokens: int, pad_t
             started = time.perf_counter()
             model.generate(
                 **inputs,
-                do_sample=True,
                 max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens,
-                pad_token_id=pad_token_id,
+                **sampling,
             )
             seconds.append(time.perf_counter() - started)
     return rows * new_tokens / statistics.median(seconds[1:])
@@ -58,18 +69,22 @@ def main() -> None:
     text = tokenizer.apply_chat_template(problem["prompt"], add_generation_prompt=True, tokenize=False)
     inputs = tokenizer([text] * profile.num_generations, return_tensors="pt")
     new_tokens = profile.max_completion_length
+    sampling = {**trainer_sampling(profile), "pad_token_id": tokenizer.pad_token_id}
     lab_model = get_peft_model(lab_model, make_lora_config(profile, lab_model)).eval()
     if profile.group_generation:
         install(lab_model)
-    lab = tokens_per_second(lab_model, inputs, new_tokens, tokenizer.pad_token_id)
+    lab = tokens_per_second(lab_model, inputs, new_tokens, sampling)
+    kernels = fastest_kernels(packable_layers(lab_model), len(inputs["input_ids"])) if profile.group_generation else {}
     del lab_model
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
-    plain = tokens_per_second(plain_model.eval(), inputs, new_tokens, tokenizer.pad_token_id)
+    plain = tokens_per_second(plain_model.eval(), inputs, new_tokens, sampling)
     print(
         f"generate_settings: {profile.num_generations} completions x {new_tokens} tokens, "
         f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA, "
-        f"group generation {'on' if profile.group_generation else 'off'}"
+        f"group generation {'on' if profile.group_generation else 'off'}, sampling "
+        + ", ".join(f"{name}={value}" for name, value in sampling.items() if name != "pad_token_id")
     )
+    print(f"generate_linear_kernels: {describe_kernels(kernels) or 'not packed'}")
     print(f"generate_tokens_per_second: {lab:.1f}")
     print(f"generate_hf_default_tokens_per_second: {plain:.1f}")
     print(f"generate_speedup_vs_hf_default: {lab / plain:.2f}")

@@ -7,10 +7,14 @@ generation is most of a training step, both cost time that changes nothing in wh
 - each distinct prompt is read once, and its key/value cache is copied to the rows of its group;
 - on fp32 weights, the adapters are folded into a copy of the weights they modify, for the length of the call,
   and the original weights are put back afterwards (the trained model never sees the copy). bf16 weights keep
-  their adapters: folding would round small updates away.
+  their adapters: folding would round small updates away;
+- the linear layers compute through weights packed once per call (:mod:`course_utils.packed_linear`);
+- each token is drawn from the cumulative probabilities, one uniform number per row, where
+  ``torch.multinomial`` draws an exponential number for every entry of the vocabulary.
 
 Sampling itself stays transformers' ``generate`` with the trainer's generation config, so the completions
-come from the current policy. :class:`GroupGeneration` installs this in a ``GRPOTrainer`` as a callback.
+come from the current policy, with the same probabilities. :class:`GroupGeneration` installs this in a
+``GRPOTrainer`` as a callback.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+
+from course_utils.packed_linear import packed_linears
 
 INSTALLED_FLAG = "_course_group_generation"
 
@@ -103,15 +109,57 @@ def adapters_folded_in(model: Any) -> Iterator[Any]:
             weight.data = data
 
 
+def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One index per row of ``probs`` (rows, vocabulary), drawn with probability proportional to each entry.
+
+    A uniform number per row, scaled to the row's total, is located in the running sum: an entry of
+    probability 0 is never drawn. The running sum is kept in float64, so rounding cannot shift the draw.
+    """
+    running = probs.double().cumsum(-1)
+    totals = running[:, -1:]
+    drawn = torch.rand(totals.shape, dtype=torch.float64, generator=generator, device=probs.device) * totals
+    return torch.searchsorted(running, drawn, right=True).clamp_(max=probs.shape[-1] - 1)
+
+
+def _drawable(probs: torch.Tensor) -> bool:
+    """Rows ``torch.multinomial`` accepts: finite, none negative, each with a positive total."""
+    return bool(torch.isfinite(probs).all() and (probs >= 0).all() and (probs.sum(-1) > 0).all())
+
+
+@contextmanager
+def sampling_by_inverse_cdf() -> Iterator[None]:
+    """Inside: ``torch.multinomial(probs, 1)`` on CPU rows draws through :func:`inverse_cdf_sample`.
+
+    transformers samples each new token with ``torch.multinomial``, whose CPU kernel draws an exponential number
+    for every vocabulary entry (most of a millisecond per row for 49,152 entries). Other calls (several samples,
+    bad probabilities, another device) go to ``torch.multinomial`` itself, errors included.
+    """
+    multinomial = torch.multinomial
+
+    def draw(probs: torch.Tensor, num_samples: int, replacement: bool = False, *, generator=None, out=None):
+        one_cpu_draw_per_row = num_samples == 1 and probs.dim() == 2 and probs.device.type == "cpu" and out is None
+        if not one_cpu_draw_per_row or not _drawable(probs):
+            return multinomial(probs, num_samples, replacement, generator=generator, out=out)
+        return inverse_cdf_sample(probs, generator)
+
+    torch.multinomial = draw
+    try:
+        yield
+    finally:
+        torch.multinomial = multinomial
+
+
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
-    """``generate(**kwargs)`` with the adapters folded in and each group's prompt read once."""
+    """``generate(**kwargs)`` with the adapters folded in, each group's prompt read once, the weights packed."""
     input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     with adapters_folded_in(model) as plain, torch.no_grad():
         if input_ids is not None and attention_mask is not None and not {"cache", "past_key_values"} & kwargs.keys():
             cache = shared_prompt_cache(plain, input_ids, attention_mask)
             if cache is not None:
                 kwargs["cache"] = cache
-        return generate(**kwargs)
+        rows = input_ids.shape[0] if input_ids is not None else 1
+        with packed_linears(plain, rows), sampling_by_inverse_cdf():
+            return generate(**kwargs)
 
 
 def install(model: Any) -> Any:

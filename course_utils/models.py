@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from course_utils.packed_linear import packed_linears
 from course_utils.paths import cache_dir
 from course_utils.profiles import Profile, get_profile
 
@@ -250,7 +251,8 @@ def greedy_generate(
 
     The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
     generation appends on the right, so every prompt must end where the new tokens start). The model is
-    put in eval mode for the call and restored after.
+    put in eval mode for the call and restored after. On a CPU its linear layers run packed for the batch
+    (:mod:`course_utils.packed_linear`): the same products, the weights read faster.
     """
     import torch
 
@@ -270,7 +272,7 @@ def greedy_generate(
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), packed_linears(model, inputs["input_ids"].shape[0]):
             output = model.generate(**inputs, generation_config=config)
     finally:
         model.train(was_training)

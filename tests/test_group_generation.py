@@ -95,14 +95,41 @@ def test_next_token_logits_match_plain_generate_at_every_step():
         assert torch.allclose(got, expected, atol=1e-5), f"logits differ at new token {step}"
 
 
-def test_sampled_completions_equal_plain_generate_for_the_same_seed():
+def test_sampled_completions_are_drawn_from_the_policys_probabilities():
+    """Each sampled token's logits are the policy's logits for that prefix, computed again by a plain forward."""
     inputs = grouped_prompts()
-    model = lora_model()
+    model = gg.install(lora_model())
     torch.manual_seed(3)
-    plain = generate(model, inputs, do_sample=True)
-    gg.install(model)
-    torch.manual_seed(3)
-    assert torch.equal(generate(model, inputs, do_sample=True), plain)
+    sampled = generate(model, inputs, do_sample=True, output_logits=True, return_dict_in_generate=True)
+    prompt_length = inputs["input_ids"].shape[1]
+    mask = torch.cat([inputs["attention_mask"], torch.ones_like(sampled.sequences[:, prompt_length:])], 1)
+    with torch.no_grad():
+        rescored = model(input_ids=sampled.sequences, attention_mask=mask).logits
+    for step, logits in enumerate(sampled.logits):
+        assert torch.allclose(logits, rescored[:, prompt_length - 1 + step], atol=1e-4), f"new token {step}"
+
+
+def test_the_sampler_draws_each_entry_as_often_as_its_probability():
+    probs = torch.tensor([[0.5, 0.0, 0.2, 0.3], [0.0, 2.0, 0.0, 6.0]])  # the second row is not normalised
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([gg.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
+    expected = probs / probs.sum(-1, keepdim=True)
+    for row in range(2):
+        counts = torch.bincount(draws[row], minlength=4).double() / draws.shape[1]
+        assert torch.allclose(counts, expected[row].double(), atol=0.015), f"row {row}: {counts.tolist()}"
+        assert counts[expected[row] == 0].sum() == 0, "an entry of probability 0 was drawn"
+
+
+def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
+    probs, multinomial = torch.tensor([[0.1, 0.9], [0.7, 0.3]]), torch.multinomial
+    with gg.sampling_by_inverse_cdf():
+        assert torch.multinomial(probs, 1).shape == (2, 1)
+        assert torch.multinomial(probs, 2).shape == (2, 2)  # several draws: torch's own multinomial
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            torch.multinomial(torch.tensor([[0.5, float("nan")]]), 1)  # torch's error, unchanged
+        with pytest.raises(RuntimeError):
+            torch.multinomial(torch.tensor([[-0.5, 1.0]]), 1)
+    assert torch.multinomial is multinomial, "torch.multinomial is put back on exit"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

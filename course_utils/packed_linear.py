@@ -1,0 +1,134 @@
+"""Linear layers packed for decoding on a CPU: the same products, with the weights read faster.
+
+Each new token multiplies a few rows (one per completion) by every weight matrix of the model, so a decoding
+step is bound by how fast the weights stream from memory. torch's default product (``F.linear``) lays the
+weight out again on every call; oneDNN and MKL can reorder a weight once into the layout their kernels read
+best ("packing", as inductor's freezing does), and then reuse it at every token of a ``generate`` call.
+
+Which kernel streams fastest depends on the machine and the weight's shape (MKL on one CPU, oneDNN or plain
+``F.linear`` on another), so :func:`fastest_kernels` measures the candidates once per process on the model's
+own weights, and keeps a candidate only if its output equals ``F.linear``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+KERNELS = ("linear", "mkl", "mkldnn")
+PACKED_DTYPES = (torch.float32, torch.bfloat16)
+# (weight shape, dtype, rows) -> the kernel measured fastest in this process
+_MEASURED: dict[tuple[tuple[int, ...], torch.dtype, int], str] = {}
+
+Product = Callable[[torch.Tensor], torch.Tensor]
+
+
+def pack(kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
+    """``layer``'s product ``x -> x @ W.T + b`` through ``kernel``, its weight packed for inputs of ``rows`` rows.
+
+    Inputs of another number of rows still get the right result (the packed kernels fall back on their own).
+    """
+    weight, bias = layer.weight.detach(), None if layer.bias is None else layer.bias.detach()
+    if kernel == "linear":
+        return lambda x: F.linear(x, weight, bias)
+    if kernel == "mkl":
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
+        return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, bias, rows)
+    if kernel == "mkldnn":
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    raise ValueError(f"Unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}.")
+
+
+def packable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """The model's plain ``nn.Linear`` layers on the CPU in fp32 or bf16 (not a quantized or GPU layer)."""
+    return [
+        module
+        for module in model.modules()
+        if type(module) is torch.nn.Linear
+        and module.weight.device.type == "cpu"
+        and module.weight.dtype in PACKED_DTYPES
+    ]
+
+
+def _same_product(candidate: torch.Tensor, reference: torch.Tensor) -> bool:
+    """Equal up to the rounding of a different summation order (looser for bf16's 8-bit mantissa)."""
+    tolerance = 1e-4 if reference.dtype == torch.float32 else 2e-2
+    scale = reference.float().abs().max().clamp(min=1.0)
+    return bool(((candidate.float() - reference.float()).abs().max() <= tolerance * scale).item())
+
+
+def _seconds_for_one_pass(kernel: str, layers: list[torch.nn.Linear], rows: int, passes: int = 3) -> float | None:
+    """Seconds to run every layer once on ``rows`` rows through ``kernel`` (best of ``passes``).
+
+    None if the kernel fails here or its product differs from ``F.linear``'s.
+    """
+    x = torch.randn(rows, layers[0].in_features, dtype=layers[0].weight.dtype)
+    try:
+        products = [pack(kernel, layer, rows) for layer in layers]
+        for product, layer in zip(products, layers, strict=True):
+            if not _same_product(product(x), F.linear(x, layer.weight, layer.bias)):
+                return None
+    except (RuntimeError, AttributeError, NotImplementedError):  # kernel not built into this torch
+        return None
+    seconds = []
+    for _ in range(passes):
+        started = time.perf_counter()
+        for product in products:
+            product(x)
+        seconds.append(time.perf_counter() - started)
+    return min(seconds)
+
+
+def fastest_kernels(layers: list[torch.nn.Linear], rows: int) -> dict[tuple[tuple[int, ...], torch.dtype], str]:
+    """For each (weight shape, dtype) among ``layers``, the kernel that ran all those layers fastest here.
+
+    Timed on the layers themselves (so the weights stream from memory as in decoding), once per process.
+    """
+    by_shape: dict[tuple[tuple[int, ...], torch.dtype], list[torch.nn.Linear]] = {}
+    for layer in layers:
+        by_shape.setdefault((tuple(layer.weight.shape), layer.weight.dtype), []).append(layer)
+    with torch.no_grad():
+        for (shape, dtype), same in by_shape.items():
+            if (shape, dtype, rows) not in _MEASURED:
+                seconds = {kernel: _seconds_for_one_pass(kernel, same, rows) for kernel in KERNELS}
+                timed = {kernel: s for kernel, s in seconds.items() if s is not None}
+                _MEASURED[shape, dtype, rows] = min(timed, key=timed.get)
+    return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
+
+
+@contextmanager
+def packed_linears(model: torch.nn.Module, rows: int) -> Iterator[dict[tuple[tuple[int, ...], torch.dtype], str]]:
+    """Inside: the model's linear layers compute through their fastest packed kernel for ``rows`` rows.
+
+    The weights are packed on entry, from their values at that moment: use it around one ``generate`` call,
+    under ``torch.no_grad()`` (the packed products have no backward pass). Yields the kernels chosen.
+    """
+    if rows < 1:
+        raise ValueError(f"rows must be at least 1 (the rows of each decoding step), got {rows}")
+    if torch.is_grad_enabled():
+        raise RuntimeError("packed_linears is for generation: enter torch.no_grad() first.")
+    layers = packable_layers(model)
+    chosen = fastest_kernels(layers, rows) if layers else {}
+    try:
+        for layer in layers:
+            kernel = chosen[tuple(layer.weight.shape), layer.weight.dtype]
+            if kernel != "linear":
+                layer.forward = pack(kernel, layer, rows)
+        yield chosen
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("forward", None)
+
+
+def describe_kernels(chosen: dict[tuple[tuple[int, ...], torch.dtype], str]) -> str:
+    """One line per kernel: which weight shapes it computes, e.g. ``mkl: 576x576, 1536x576 (float32)``."""
+    by_kernel: dict[str, list[str]] = {}
+    for (shape, dtype), kernel in sorted(chosen.items(), key=lambda item: item[0][0]):
+        by_kernel.setdefault(kernel, []).append(f"{'x'.join(map(str, shape))} ({str(dtype).removeprefix('torch.')})")
+    return "; ".join(f"{kernel}: {', '.join(shapes)}" for kernel, shapes in sorted(by_kernel.items()))
+

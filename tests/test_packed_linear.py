@@ -1,0 +1,93 @@
+"""Packed linear layers compute what ``nn.Linear`` computes, on both precision paths, and leave the model as it was."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils import packed_linear as pl
+from course_utils.models import build_tiny_random_model
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def linear(dtype: torch.dtype, bias: bool = True, shape: tuple[int, int] = (48, 32)) -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(shape[1], shape[0], bias=bias).to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "dtype"),
+    [(kernel, dtype) for kernel in pl.KERNELS for dtype in DTYPES if (kernel, dtype) != ("mkl", torch.bfloat16)],
+)  # MKL has no bf16 product
+@pytest.mark.parametrize("rows", [3, 7])  # packed for 3 rows: 3 rows (decoding) and 7 rows (a prompt) both right
+def test_every_kernel_computes_the_linear_product(kernel, dtype, rows):
+    layer, x = linear(dtype), torch.randn(rows, 32).to(dtype)
+    try:
+        product = pl.pack(kernel, layer, rows=3)
+        got = product(x)
+    except RuntimeError as error:  # e.g. oneDNN's bf16 kernels need AVX-512 on some builds
+        pytest.skip(f"{kernel} does not run {dtype} on this machine: {error}")
+    assert pl._same_product(got, F.linear(x, layer.weight, layer.bias))
+
+
+def test_an_unknown_kernel_is_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match="linear, mkl, mkldnn"):
+        pl.pack("blas", linear(torch.float32), rows=2)
+
+
+def test_a_different_product_is_not_the_same():
+    reference = torch.randn(4, 8)
+    assert pl._same_product(reference + 1e-7, reference)
+    assert not pl._same_product(reference + 0.1, reference)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_chosen_kernel_is_one_that_ran_and_agreed_and_is_remembered(dtype):
+    layers = [linear(dtype, shape=(40, 24)) for _ in range(3)]
+    chosen = pl.fastest_kernels(layers, rows=5)
+    assert set(chosen) == {((40, 24), dtype)}
+    kernel = chosen[(40, 24), dtype]
+    assert pl._seconds_for_one_pass(kernel, layers, rows=5) is not None
+    assert pl.fastest_kernels(layers, rows=5) == chosen  # measured once per process
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_model_computes_the_same_logits_packed_and_is_restored_after(dtype):
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).to(dtype).eval()
+    ids = torch.randint(1, 128, (4, 6))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        with pl.packed_linears(model, rows=4) as chosen:
+            assert chosen, "the tiny model has linear layers to pack"
+            packed = model(input_ids=ids).logits
+        after = model(input_ids=ids).logits
+    assert pl._same_product(packed, expected)
+    assert torch.equal(after, expected)
+    assert not any("forward" in vars(layer) for layer in pl.packable_layers(model))
+
+
+def test_the_forwards_are_restored_when_generation_fails():
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).eval()
+    with torch.no_grad(), pytest.raises(KeyError), pl.packed_linears(model, rows=2):
+        raise KeyError("a failure inside generate")
+    assert not any("forward" in vars(layer) for layer in pl.packable_layers(model))
+
+
+def test_packing_needs_no_grad_and_a_positive_row_count():
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1)
+    with pytest.raises(RuntimeError, match=r"torch\.no_grad"), pl.packed_linears(model, rows=2):
+        pass
+    with torch.no_grad(), pytest.raises(ValueError, match="rows must be at least 1"), pl.packed_linears(model, 0):
+        pass
+
+
+def test_only_plain_cpu_float_layers_are_packed():
+    model = torch.nn.Sequential(linear(torch.float32), linear(torch.float16), torch.nn.Embedding(4, 4))
+    assert pl.packable_layers(model) == [model[0]]
+
+
+def test_the_kernels_are_described_by_shape():
+    chosen = {((576, 576), torch.float32): "mkl", ((49152, 576), torch.float32): "mkldnn"}
+    assert pl.describe_kernels(chosen) == "mkl: 576x576 (float32); mkldnn: 49152x576 (float32)"
