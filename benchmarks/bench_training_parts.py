@@ -6,9 +6,10 @@ the fixed prompt weighs more. Here the sequences are fixed, so two settings can 
 - ``parts_generate_seconds_c{C}``: ``model.generate`` of 8 completions of exactly C tokens (best of 2);
 - ``parts_train_seconds_p{P}_c{C}``: TRL's scoring forward + backward over the same 8 sequences of P prompt
   and C completion tokens, in the lab's micro-batches (best of 3);
-- ``parts_head_seconds_p{P}_c{C}``: the part of that spent in TRL's chunked log-softmax over the vocabulary,
-  which on the CPU scores every position, prompt included;
-- ``parts_step_over_generate_p{P}_c{C}``: 1 + train / generate, the step/generate ratio of such a step.
+- ``parts_head_seconds_p{P}_c{C}``: the part of that spent in TRL's chunked log-softmax over the vocabulary
+  (TRL scores every position on a CPU, prompt included, unless ``score_completions_only``);
+- ``parts_step_over_generate_p{P}_c{C}``: 1 + train / generate, the step/generate ratio of such a step;
+- ``parts_completion_tokens_only``: whether the log-softmax scored the completion tokens only, as the lab does.
 
 P is the mean prompt length of all GSM8K train problems and of those under the profile's ``max_prompt_tokens``;
 C is a short (45) and a full-length (96) completion. Freed memory is reused as while the lab trains
@@ -18,6 +19,7 @@ Run: ``.venv/bin/python benchmarks/bench_training_parts.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import tempfile
@@ -30,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from course_utils import training
+from course_utils.completion_scoring import completion_tokens_only
 from course_utils.cpu_allocator import reuse_freed_memory
 from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.profiles import get_profile
@@ -117,19 +120,22 @@ def main() -> None:
         # as while the lab trains (the trainer's callback turns it on in train(), which this bench does not call)
         reused = profile.reuse_freed_memory and reuse_freed_memory().applied
         print(f"parts_freed_memory_reused: {reused}")
+        scoring = completion_tokens_only() if profile.score_completions_only else contextlib.nullcontext()
+        print(f"parts_completion_tokens_only: {profile.score_completions_only}")
         all_mean, capped_mean = prompt_lengths_to_compare(tokenizer, profile.max_prompt_tokens or 10_000)
         print(f"parts_prompt_tokens_all: {all_mean}")
         print(f"parts_prompt_tokens_capped: {capped_mean}")
         time_training_pass(trainer, capped_mean, COMPLETION_LENGTHS[0])  # warm-up: first calls allocate
-        for completion in COMPLETION_LENGTHS:
-            generate = best_of(2, time_generate, trainer.model, tokenizer, capped_mean, completion)
-            print(f"parts_generate_seconds_c{completion}: {generate:.2f}")
-            for prompt in (all_mean, capped_mean):
-                total, head = best_of(3, time_training_pass, trainer, prompt, completion)
-                tag = f"p{prompt}_c{completion}"
-                print(f"parts_train_seconds_{tag}: {total:.2f}")
-                print(f"parts_head_seconds_{tag}: {head:.2f}")
-                print(f"parts_step_over_generate_{tag}: {1 + total / generate:.2f}")
+        with scoring:  # as while the lab trains, like the freed memory above
+            for completion in COMPLETION_LENGTHS:
+                generate = best_of(2, time_generate, trainer.model, tokenizer, capped_mean, completion)
+                print(f"parts_generate_seconds_c{completion}: {generate:.2f}")
+                for prompt in (all_mean, capped_mean):
+                    total, head = best_of(3, time_training_pass, trainer, prompt, completion)
+                    tag = f"p{prompt}_c{completion}"
+                    print(f"parts_train_seconds_{tag}: {total:.2f}")
+                    print(f"parts_head_seconds_{tag}: {head:.2f}")
+                    print(f"parts_step_over_generate_{tag}: {1 + total / generate:.2f}")
 
 
 if __name__ == "__main__":

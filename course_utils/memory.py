@@ -9,7 +9,8 @@ Training memory has six parts, and each fix for "out of memory" shrinks a differ
   micro-batch (``per_device_train_batch_size`` x (prompt + completion) tokens); gradient checkpointing keeps
   only each layer's input and recomputes the rest; LoRA in the top layers only keeps nothing below them;
 - **log-softmax workspace**: TRL's chunked log-softmax over the output head, fp32 tiles of positions x
-  vocabulary chunk at the start of the backward pass (on the CPU every position is scored, prompt included);
+  vocabulary chunk at the start of the backward pass (on the CPU TRL scores every position, prompt included,
+  unless the profile scores the completion tokens only: ``course_utils.completion_scoring``);
 - **generation KV cache**: keys and values of every generated token, for the whole generation batch.
 
 The phases do not overlap: generation (KV cache), the backward pass (activations + workspace, plus the
@@ -299,6 +300,7 @@ def estimate_memory(
     device: str = "cpu",
     label: str | None = None,
     vllm_reserved_gb: float = 0.0,
+    score_completions_only: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
 
@@ -308,6 +310,7 @@ def estimate_memory(
     below then keep no activations. Activations assume memory-efficient attention (no seq x seq scores).
     ``vllm_reserved_gb``: what a colocated vLLM reserves (``vllm_gpu_memory_utilization`` x the GPU's memory);
     it then generates in its own reservation, so the training model keeps no generation KV cache.
+    ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
     """
     if dtype not in BYTES_PER_DTYPE:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
@@ -360,8 +363,9 @@ def estimate_memory(
         per_token += _fp32_bytes_per_token(spec, use_lora) * trained_layers
     if gradient_checkpointing:
         per_token += _activation_values_per_token(spec, False, use_lora) * act_width  # the block being recomputed
-    # On the CPU TRL scores every position of the micro-batch; on a GPU only the completion tokens.
-    scored = tokens if device == "cpu" else per_device_train_batch_size * max_completion_length
+    # On the CPU TRL scores every position of the micro-batch (unless told otherwise); on a GPU only the completions.
+    every_position = device == "cpu" and not score_completions_only
+    scored = tokens if every_position else per_device_train_batch_size * max_completion_length
     logprob = logprob_workspace_bytes(spec, scored, device)
     if not use_lora:
         logprob += spec.vocab_size * spec.hidden_size * 4.0  # fp32 gradient of the trained output head
@@ -426,6 +430,7 @@ def estimate_for_profile(
         device=p.device,
         label=label or f"{p.name}",
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
+        score_completions_only=p.score_completions_only,
     )
 
 

@@ -135,6 +135,18 @@ def test_cpu_log_softmax_scores_the_prompt_too():
     assert logprob_workspace_bytes(QWEN25_05B, 800, "cpu") > logprob_workspace_bytes(QWEN25_05B, 400, "cpu")
 
 
+def test_a_cpu_profile_that_scores_completions_only_counts_them_only():
+    settings = {"device": "cpu", "prompt_tokens": 150, "max_completion_length": 64, "per_device_train_batch_size": 8}
+    every = estimate_memory(QWEN25_05B, use_lora=True, **settings)
+    compact = estimate_memory(QWEN25_05B, use_lora=True, score_completions_only=True, **settings)
+    assert compact.logprob_gb * GB == pytest.approx(logprob_workspace_bytes(QWEN25_05B, 8 * 64, "cpu"))
+    assert compact.logprob_gb < every.logprob_gb
+    lab = get_profile("cpu")
+    assert lab.score_completions_only
+    every_position = lab.override(score_completions_only=False)
+    assert estimate_for_profile(lab).logprob_gb < estimate_for_profile(every_position).logprob_gb
+
+
 def test_memory_table_covers_the_course_hardware():
     table = memory_table()
     assert {"T4", "A100-40GB", "A800-80GB", "CPU (laptop)"} <= set(table.hardware)

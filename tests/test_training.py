@@ -285,7 +285,7 @@ def test_ci_run_end_to_end(gsm8k_env):
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
     names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
     assert names.index("ReuseFreedMemory") < names.index("LiveDashboard"), names  # released inside the step
-    assert "GroupGeneration" in names
+    assert "GroupGeneration" in names and "CompletionOnlyScoring" in names
     trainer.train()
     assert trainer.state.global_step == profile.max_steps
     assert getattr(trainer.model, INSTALLED_FLAG), "the trainer's model samples through group_generation"
