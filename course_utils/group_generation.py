@@ -136,7 +136,14 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
     """
     multinomial = torch.multinomial
 
-    def draw(probs: torch.Tensor, num_samples: int, replacement: bool = False, *, generator=None, out=None):
+    def draw(
+        probs: torch.Tensor,
+        num_samples: int,
+        replacement: bool = False,
+        *,
+        generator: torch.Generator | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         one_cpu_draw_per_row = num_samples == 1 and probs.dim() == 2 and probs.device.type == "cpu" and out is None
         if not one_cpu_draw_per_row or not _drawable(probs):
             return multinomial(probs, num_samples, replacement, generator=generator, out=out)
