@@ -56,7 +56,7 @@ def packable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
 
 
 def _same_product(candidate: torch.Tensor, reference: torch.Tensor) -> bool:
-    """Equal up to the rounding of a different summation order (looser for bf16's 8-bit mantissa)."""
+    """Equal up to the rounding of a different summation order (looser for bf16's 7-bit mantissa)."""
     tolerance = 1e-4 if reference.dtype == torch.float32 else 2e-2
     scale = reference.float().abs().max().clamp(min=1.0)
     return bool(((candidate.float() - reference.float()).abs().max() <= tolerance * scale).item())
