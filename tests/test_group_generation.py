@@ -129,6 +129,12 @@ def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
             torch.multinomial(torch.tensor([[0.5, float("nan")]]), 1)  # torch's error, unchanged
         with pytest.raises(RuntimeError):
             torch.multinomial(torch.tensor([[-0.5, 1.0]]), 1)
+        with pytest.raises(RuntimeError, match="probability tensor contains"):
+            torch.multinomial(torch.tensor([[float("inf"), 1.0]]), 1)
+        with pytest.raises(RuntimeError, match="sum of probabilities <= 0"):
+            torch.multinomial(torch.tensor([[0.0, 0.0]]), 1)
+        with pytest.raises(RuntimeError):
+            torch.multinomial(torch.zeros(1, 0), 1)  # an empty vocabulary
     assert torch.multinomial is multinomial, "torch.multinomial is put back on exit"
 
 
