@@ -5,9 +5,9 @@ again, and with LoRA it runs every adapter as two extra small products at each n
 generation is most of a training step, both cost time that changes nothing in what is sampled:
 
 - each distinct prompt is read once, and its key/value cache is copied to the rows of its group;
-- on fp32 weights, the adapters are folded into a copy of the weights they modify, for the length of the call,
-  and the original weights are put back afterwards (the trained model never sees the copy). bf16 weights keep
-  their adapters: folding would round small updates away;
+- each fp32 LoRA layer computes one product through a copy of its weight with the adapters' delta added,
+  made for the length of the call, where the adapters would add two small products and a sum at every token
+  (the trained weights are never written to); bf16 layers keep their adapters, see :func:`foldable`;
 - the linear layers compute through weights packed once per call (:mod:`course_utils.packed_linear`);
 - each token is drawn from the cumulative probabilities, one uniform number per row, where
   ``torch.multinomial`` draws an exponential number for every entry of the vocabulary.
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
+from transformers.cache_utils import DynamicLayer
 
 from course_utils.packed_linear import packed_linears
 
@@ -51,7 +53,8 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: tor
 
     None when there is nothing to share (no two consecutive rows alike, groups of unequal size, or a prompt
     of one token), and plain ``generate`` should run as usual. ``generate`` continues from this cache: it
-    reads only the last prompt token, then samples.
+    reads only the last prompt token, then samples. The prompt runs through the model ``generate`` runs (a
+    PEFT model's base model), not through a ``forward`` the trainer may have wrapped in autocast.
     """
     sizes = group_sizes(input_ids, attention_mask)
     if len(set(sizes)) != 1 or sizes[0] == 1 or input_ids.shape[1] < 2:
@@ -59,10 +62,81 @@ def shared_prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: tor
     firsts = torch.arange(0, input_ids.shape[0], sizes[0])  # the first row of each (equal-sized) group
     ids, mask = input_ids[firsts, :-1], attention_mask[firsts, :-1]
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    output = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    generating = model.get_base_model() if hasattr(model, "get_base_model") else model
+    output = generating(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = output.cache
     cache.batch_repeat_interleave(sizes[0])
     return cache
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys and values are views into buffers with room for the tokens still to come.
+
+    ``DynamicLayer`` concatenates at every token, so a step copies the whole cache again; here each new token
+    is written into its place. A full buffer doubles. If anything else replaced the views (a crop, a batch
+    selection) or new states come in another dtype, the layer concatenates as ``DynamicLayer`` does.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self._key_buffer, self._value_buffer = self._buffers_for(keys, values, keys.shape[-2] + max(room, 1))
+        self.keys, self.values = self._filled(keys.shape[-2])
+
+    @staticmethod
+    def _buffers_for(keys: torch.Tensor, values: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        key_buffer = keys.new_empty(*keys.shape[:-2], tokens, keys.shape[-1])
+        value_buffer = values.new_empty(*values.shape[:-2], tokens, values.shape[-1])
+        key_buffer[..., : keys.shape[-2], :] = keys
+        value_buffer[..., : values.shape[-2], :] = values
+        return key_buffer, value_buffer
+
+    def _filled(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._key_buffer[..., :tokens, :], self._value_buffer[..., :tokens, :]
+
+    def _can_write(self, key_states: torch.Tensor, value_states: torch.Tensor) -> bool:
+        """The keys and values are still this layer's views, and the new states have their dtypes."""
+        return (
+            self.keys is not None
+            and self.keys.data_ptr() == self._key_buffer.data_ptr()
+            and self.values.data_ptr() == self._value_buffer.data_ptr()
+            and self.keys.shape[:-2] == self._key_buffer.shape[:-2]
+            and (key_states.dtype, value_states.dtype) == (self.keys.dtype, self.values.dtype)
+        )
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self._can_write(key_states, value_states):
+            return super().update(key_states, value_states, *args, **kwargs)
+        start = self.keys.shape[-2]
+        end = start + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            self._key_buffer, self._value_buffer = self._buffers_for(self.keys, self.values, 2 * end)
+        self._key_buffer[..., start:end, :] = key_states
+        self._value_buffer[..., start:end, :] = value_states
+        self.keys, self.values = self._filled(end)
+        return self.keys, self.values
+
+
+def with_room(cache: Any, tokens: int) -> Any:
+    """``cache`` with each plain ``DynamicLayer`` made a :class:`PreallocatedLayer` with room for ``tokens`` more."""
+    for index, layer in enumerate(cache.layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.get_seq_length() > 0:
+            cache.layers[index] = PreallocatedLayer(layer.keys, layer.values, tokens)
+    return cache
+
+
+def new_token_budget(model: Any, kwargs: dict[str, Any]) -> int | None:
+    """How many tokens this ``generate`` call may add: ``max_new_tokens`` from its arguments or configs."""
+    configs = (kwargs.get("generation_config"), getattr(model, "generation_config", None))
+    for budget in (kwargs.get("max_new_tokens"), *(getattr(config, "max_new_tokens", None) for config in configs)):
+        if budget:
+            return int(budget)
+    return None
+
+
+FOLDED = "course_folded"  # the name of the temporary layer each folded LoRA layer computes through
 
 
 def lora_layers(model: Any) -> list[Any]:
@@ -73,40 +147,70 @@ def lora_layers(model: Any) -> list[Any]:
 
 
 def foldable(layer: Any) -> bool:
-    """Whether a LoRA layer's delta can be added into a copy of its base weight without changing the policy.
+    """Whether a LoRA layer's output is exactly ``x @ (W + delta).T + b``, so one product can replace three.
 
-    Only an fp32 ``nn.Linear``: a bf16 weight keeps about 3 significant digits, so an early adapter update (a
-    small fraction of a weight) would round away and the sampler would lag behind the policy being trained;
-    a quantized base (4-bit on a GPU) cannot take a delta at all. Elsewhere the adapters run as usual.
+    Plain LoRA on an fp32 ``nn.Linear``, adapters on and not merged, no dropout at work. Not a quantized base
+    (4-bit on a GPU), DoRA or another variant, a bias on B, or dropout in training mode. Not bf16 weights
+    either: added into them (about 3 significant digits), an early, small update would round away, and an fp32
+    copy streams twice their bytes at every token, which costs what the adapters' small products cost.
     """
     base = layer.get_base_layer()
-    return type(base) is torch.nn.Linear and base.weight.dtype == torch.float32
+    if type(base) is not torch.nn.Linear or base.weight.dtype != torch.float32:
+        return False
+    if layer.disable_adapters or layer.merged or getattr(layer, "fan_in_fan_out", False):
+        return False
+    for name in layer.active_adapters:
+        if name not in layer.lora_A or name in getattr(layer, "lora_variant", {}):
+            return False
+        if layer.lora_B[name].bias is not None:
+            return False
+        dropout = layer.lora_dropout[name]
+        if not isinstance(dropout, torch.nn.Identity) and dropout.training:
+            return False
+    return True
+
+
+def folded_linear(layer: Any) -> torch.nn.Linear:
+    """An ``nn.Linear`` holding ``W + scaling * B @ A`` for the layer's active adapters, from their current values."""
+    base = layer.get_base_layer()
+    weight = base.weight.detach().clone()
+    for name in layer.active_adapters:
+        weight.addmm_(layer.lora_B[name].weight, layer.lora_A[name].weight, alpha=layer.scaling[name])
+    folded = torch.nn.utils.skip_init(
+        torch.nn.Linear, base.in_features, base.out_features, bias=base.bias is not None, device=weight.device
+    )
+    folded.weight = torch.nn.Parameter(weight, requires_grad=False)
+    if base.bias is not None:
+        folded.bias = torch.nn.Parameter(base.bias.detach(), requires_grad=False)
+    return folded
+
+
+def _through_folded(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    if torch.is_autocast_enabled(x.device.type):  # autocast would compute the copy in bf16: LoRA as usual
+        return type(layer).forward(layer, x, *args, **kwargs)
+    return layer._modules[FOLDED](x)
 
 
 @contextmanager
-def adapters_folded_in(model: Any) -> Iterator[Any]:
-    """Inside: the adapters added into copies of their base weights, and ``model`` run without adapters.
+def adapters_folded_in(model: Any) -> Iterator[list[torch.nn.Module]]:
+    """Inside: each foldable LoRA layer computes one product through :func:`folded_linear`.
 
-    Yields the model to call. The base weights are swapped back on exit, so what trains is untouched and
-    nothing is lost to rounding (folding then unfolding bf16 weights would not give them back exactly).
+    Yields the base layers the folded copies stand in for (idle until exit). The trained weights and adapters
+    are never written to; the copies are registered as submodules for the length of the call (so
+    :func:`packed_linears` packs them too), then dropped. Layers that cannot fold, and any call under
+    autocast (which would compute the copy in bf16), run their adapters as usual.
     """
-    layers = lora_layers(model)
-    if not layers or not all(map(foldable, layers)) or not hasattr(model, "disable_adapter"):
-        yield model
-        return
-    originals = []
+    layers = [layer for layer in lora_layers(model) if foldable(layer)]
     try:
         with torch.no_grad():
             for layer in layers:
-                weight = layer.get_base_layer().weight
-                delta = sum(layer.get_delta_weight(name) for name in layer.active_adapters)
-                originals.append((weight, weight.data))
-                weight.data = (weight.data.float() + delta.float()).to(weight.dtype)
-        with model.disable_adapter():
-            yield model
+                layer.add_module(FOLDED, folded_linear(layer))
+                layer.forward = partial(_through_folded, layer)
+        yield [layer.get_base_layer() for layer in layers]
     finally:
-        for weight, data in originals:
-            weight.data = data
+        for layer in layers:
+            layer.__dict__.pop("forward", None)
+            layer._modules.pop(FOLDED, None)
 
 
 def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -161,13 +265,13 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
     """``generate(**kwargs)`` with the adapters folded in, each group's prompt read once, the weights packed."""
     input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    with adapters_folded_in(model) as plain, torch.no_grad():
+    with torch.no_grad(), adapters_folded_in(model) as idle:
         if input_ids is not None and attention_mask is not None and not {"cache", "past_key_values"} & kwargs.keys():
-            cache = shared_prompt_cache(plain, input_ids, attention_mask)
+            cache = shared_prompt_cache(model, input_ids, attention_mask)
             if cache is not None:
-                kwargs["cache"] = cache
+                kwargs["cache"] = with_room(cache, 1 + (new_token_budget(model, kwargs) or input_ids.shape[1]))
         rows = input_ids.shape[0] if input_ids is not None else 1
-        with packed_linears(plain, rows), sampling_by_inverse_cdf():
+        with packed_linears(model, rows, skip=idle), sampling_by_inverse_cdf():
             return generate(**kwargs)
 
 

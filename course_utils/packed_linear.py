@@ -13,7 +13,7 @@ own weights, and keeps a candidate only if its output equals ``F.linear``'s.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -102,17 +102,21 @@ def fastest_kernels(layers: list[torch.nn.Linear], rows: int) -> dict[tuple[tupl
 
 
 @contextmanager
-def packed_linears(model: torch.nn.Module, rows: int) -> Iterator[dict[tuple[tuple[int, ...], torch.dtype], str]]:
+def packed_linears(
+    model: torch.nn.Module, rows: int, skip: Iterable[torch.nn.Module] = ()
+) -> Iterator[dict[tuple[tuple[int, ...], torch.dtype], str]]:
     """Inside: the model's linear layers compute through their fastest packed kernel for ``rows`` rows.
 
     The weights are packed on entry, from their values at that moment: use it around one ``generate`` call,
-    under ``torch.no_grad()`` (the packed products have no backward pass). Yields the kernels chosen.
+    under ``torch.no_grad()`` (the packed products have no backward pass). Layers in ``skip`` (ones that will
+    not run) are left as they are. Yields the kernels chosen.
     """
     if rows < 1:
         raise ValueError(f"rows must be at least 1 (the rows of each decoding step), got {rows}")
     if torch.is_grad_enabled():
         raise RuntimeError("packed_linears is for generation: enter torch.no_grad() first.")
-    layers = packable_layers(model)
+    idle = {id(layer) for layer in skip}
+    layers = [layer for layer in packable_layers(model) if id(layer) not in idle]
     chosen = fastest_kernels(layers, rows) if layers else {}
     try:
         for layer in layers:

@@ -91,3 +91,11 @@ def test_only_plain_cpu_float_layers_are_packed():
 def test_the_kernels_are_described_by_shape():
     chosen = {((576, 576), torch.float32): "mkl", ((49152, 576), torch.float32): "mkldnn"}
     assert pl.describe_kernels(chosen) == "mkl: 576x576 (float32); mkldnn: 49152x576 (float32)"
+
+
+def test_skipped_layers_are_left_as_they_are(monkeypatch):
+    model = torch.nn.Sequential(linear(torch.float32), linear(torch.float32, shape=(32, 48)))
+    for shape in ((48, 32), (32, 48)):  # a packed kernel for both, so a packed layer gets a forward of its own
+        monkeypatch.setitem(pl._MEASURED, (shape, torch.float32, 2), "mkldnn")
+    with torch.no_grad(), pl.packed_linears(model, rows=2, skip=[model[1]]):
+        assert "forward" in vars(model[0]) and "forward" not in vars(model[1])
