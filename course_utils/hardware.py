@@ -18,6 +18,9 @@ PRECISION_CHOICES = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # What torch.backends.cpu.get_cpu_capability() says when its kernels use AVX-512 (the only x86 level with bf16)
 AVX512_CAPABILITIES = ("AVX512", "AVX512_BF16", "AMX")
+# Variables that cap the instructions of torch's own kernels, oneDNN and MKL: on an AVX-512 machine, setting all
+# three to AVX2 runs the kernels an AVX2 laptop runs (a proxy for it: same kernels, another processor)
+KERNEL_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
 @dataclass(frozen=True)
@@ -167,5 +170,12 @@ def machine_summary() -> dict[str, str]:
         "cpu_capability": precision.capability,
         "cpu_native_bf16": str(cpu_supports_bf16()),
         "cpu_precision_path": precision.path + (" (forced)" if precision.forced else ""),
+        "cpu_kernel_limits": kernel_limits(),
         "torch_version": torch.__version__,
     }
+
+
+def kernel_limits(environ: dict[str, str] | None = None) -> str:
+    """The kernel-capping variables set here, e.g. ``ATEN_CPU_CAPABILITY=avx2``, or ``none``."""
+    environ = os.environ if environ is None else environ
+    return ", ".join(f"{name}={environ[name]}" for name in KERNEL_LIMIT_VARIABLES if environ.get(name)) or "none"

@@ -105,3 +105,13 @@ def test_train_dtype_resolution(monkeypatch):
     assert resolve_train_dtype("cpu", "float32", "bfloat16") == "bfloat16"
     with pytest.raises(ValueError, match="auto"):
         resolve_train_dtype("cuda", "float16", "auto")
+
+
+def test_kernel_limits_name_the_capping_variables_that_are_set():
+    assert hardware.kernel_limits({}) == "none"
+    assert hardware.kernel_limits({"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "", "HOME": "/"}) == (
+        "ATEN_CPU_CAPABILITY=avx2"
+    )
+    every = {name: "AVX2" for name in hardware.KERNEL_LIMIT_VARIABLES}
+    assert hardware.kernel_limits(every).count("=AVX2") == 3
+    assert "cpu_kernel_limits" in hardware.machine_summary()
