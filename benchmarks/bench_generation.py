@@ -9,7 +9,12 @@ Prints `name: value` lines:
 - ``generate_hf_default_tokens_per_second``: the same prompts, sampling settings and token count through plain
   ``model.generate`` on the fp32 model without adapters (transformers' default cache);
 - ``generate_linear_kernels``: which packed kernel this machine measured fastest for each weight shape;
-- ``generate_speedup_vs_hf_default``: the first divided by the second, in the same run (target: at least 2).
+- ``generate_speedup_vs_hf_default``: how many times faster the lab generates, the median over pairs of runs
+  taken in turns in the same process (target: at least 2).
+
+Every row makes exactly ``max_completion_length`` tokens because generation does not stop at the end-of-sequence
+token (``eos_token_id=None``). ``min_new_tokens`` would do it too, but adds two logits processors that scan the
+vocabulary at every token, which the trainer never runs.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from course_utils.packed_linear import describe_kernels, fastest_kernels, packab
 from course_utils.profiles import get_profile
 from course_utils.training import load_model_for_training, make_grpo_config, make_lora_config
 
-REPEATS = 3
+REPEATS = 5
 
 
 def trainer_sampling(profile: Any) -> dict[str, Any]:
@@ -44,22 +49,36 @@ def trainer_sampling(profile: Any) -> dict[str, Any]:
     return {"do_sample": True, **{name: getattr(config, name) for name in names}}
 
 
-def tokens_per_second(model: Any, inputs: dict[str, Any], new_tokens: int, sampling: dict[str, Any]) -> float:
-    """Median completion tokens per second over ``REPEATS`` sampled generations, after one warm-up."""
-    rows = inputs["input_ids"].shape[0]
-    seconds = []
+def seconds_for(model: Any, inputs: dict[str, Any], new_tokens: int, sampling: dict[str, Any], seed: int) -> float:
+    """Wall seconds of one sampled ``generate`` of exactly ``new_tokens`` per row."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        started = time.perf_counter()
+        output = model.generate(
+            **inputs,
+            max_new_tokens=new_tokens,
+            eos_token_id=None,  # exactly new_tokens per row, with the trainer's (absent) logits processors
+            **sampling,
+        )
+        seconds = time.perf_counter() - started
+    made = output.shape[1] - inputs["input_ids"].shape[1]
+    if made != new_tokens:
+        raise RuntimeError(f"generate made {made} new tokens per row, not {new_tokens}: the figures would mislead")
+    return seconds
+
+
+def paired_seconds(
+    models: tuple[Any, Any], inputs: dict[str, Any], new_tokens: int, sampling: dict[str, Any]
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``REPEATS`` generations by each model, taken in turns after one warm-up each.
+
+    In turns, so that a slower spell of a shared machine slows both sides of a pair alike.
+    """
+    times: tuple[list[float], list[float]] = ([], [])
     for repeat in range(REPEATS + 1):
-        torch.manual_seed(repeat)
-        with torch.no_grad():
-            started = time.perf_counter()
-            model.generate(
-                **inputs,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                **sampling,
-            )
-            seconds.append(time.perf_counter() - started)
-    return rows * new_tokens / statistics.median(seconds[1:])
+        for model, seconds in zip(models, times, strict=True):
+            seconds.append(seconds_for(model, inputs, new_tokens, sampling, seed=repeat))
+    return times[0][1:], times[1][1:]
 
 
 def main() -> None:
@@ -73,11 +92,11 @@ def main() -> None:
     lab_model = get_peft_model(lab_model, make_lora_config(profile, lab_model)).eval()
     if profile.group_generation:
         install(lab_model)
-    lab = tokens_per_second(lab_model, inputs, new_tokens, sampling)
-    kernels = fastest_kernels(packable_layers(lab_model), len(inputs["input_ids"])) if profile.group_generation else {}
-    del lab_model
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
-    plain = tokens_per_second(plain_model.eval(), inputs, new_tokens, sampling)
+    lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
+    kernels = fastest_kernels(packable_layers(lab_model), len(inputs["input_ids"])) if profile.group_generation else {}
+    tokens = len(inputs["input_ids"]) * new_tokens
+    speedup = statistics.median(plain / lab for lab, plain in zip(lab_seconds, plain_seconds, strict=True))
     print(
         f"generate_settings: {profile.num_generations} completions x {new_tokens} tokens, "
         f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA, "
@@ -85,9 +104,9 @@ def main() -> None:
         + ", ".join(f"{name}={value}" for name, value in sampling.items() if name != "pad_token_id")
     )
     print(f"generate_linear_kernels: {describe_kernels(kernels) or 'not packed'}")
-    print(f"generate_tokens_per_second: {lab:.1f}")
-    print(f"generate_hf_default_tokens_per_second: {plain:.1f}")
-    print(f"generate_speedup_vs_hf_default: {lab / plain:.2f}")
+    print(f"generate_tokens_per_second: {tokens / statistics.median(lab_seconds):.1f}")
+    print(f"generate_hf_default_tokens_per_second: {tokens / statistics.median(plain_seconds):.1f}")
+    print(f"generate_speedup_vs_hf_default: {speedup:.2f}")
 
 
 if __name__ == "__main__":
