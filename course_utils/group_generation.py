@@ -73,8 +73,9 @@ class PreallocatedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values are views into buffers with room for the tokens still to come.
 
     ``DynamicLayer`` concatenates at every token, so a step copies the whole cache again; here each new token
-    is written into its place. A full buffer doubles. If anything else replaced the views (a crop, a batch
-    selection) or new states come in another dtype, the layer concatenates as ``DynamicLayer`` does.
+    is written into its place. A full buffer doubles; a crop leaves views of it, so writing goes on from the new
+    end. If anything else replaced the views (a batch selection, a repeat) or new states come in another dtype,
+    the layer concatenates as ``DynamicLayer`` does.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int) -> None:

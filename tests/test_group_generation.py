@@ -280,7 +280,7 @@ def test_a_preallocated_layer_concatenates_states_of_another_dtype_as_a_dynamic_
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
 
 
-def test_a_preallocated_layer_concatenates_after_a_crop_or_a_batch_selection():
+def test_a_preallocated_layer_holds_what_a_dynamic_layer_holds_after_a_crop_or_a_batch_selection():
     keys, values = random_states(4, seed=0)
     for change in (lambda layer: layer.crop(-1), lambda layer: layer.batch_select_indices(torch.tensor([1]))):
         roomy, dynamic = gg.PreallocatedLayer(keys, values, room=8), DynamicLayer()
