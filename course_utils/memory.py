@@ -301,6 +301,7 @@ def estimate_memory(
     label: str | None = None,
     vllm_reserved_gb: float = 0.0,
     score_completions_only: bool = False,
+    score_shared_prefix_once: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
 
@@ -311,6 +312,8 @@ def estimate_memory(
     ``vllm_reserved_gb``: what a colocated vLLM reserves (``vllm_gpu_memory_utilization`` x the GPU's memory);
     it then generates in its own reservation, so the training model keeps no generation KV cache.
     ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
+    ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
+    (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
     """
     if dtype not in BYTES_PER_DTYPE:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
@@ -359,18 +362,22 @@ def estimate_memory(
     tokens = per_device_train_batch_size * sequence
     act_width = width  # activations come out in the weights' dtype
     per_token = _activation_values_per_token(spec, gradient_checkpointing, use_lora) * act_width * trained_layers
+    repeated_prompt_kv = 0.0
+    if score_shared_prefix_once and per_device_train_batch_size > 1:
+        tokens = prompt_tokens + per_device_train_batch_size * max_completion_length
+        repeated_prompt_kv = per_device_train_batch_size * prompt_tokens * 2 * spec.kv_dim * act_width * trained_layers
     if width < 4 and not gradient_checkpointing:
         per_token += _fp32_bytes_per_token(spec, use_lora) * trained_layers
     if gradient_checkpointing:
         per_token += _activation_values_per_token(spec, False, use_lora) * act_width  # the block being recomputed
     # On the CPU TRL scores every position of the micro-batch (unless told otherwise); on a GPU only the completions.
     every_position = device == "cpu" and not score_completions_only
-    scored = tokens if every_position else per_device_train_batch_size * max_completion_length
+    scored = per_device_train_batch_size * (sequence if every_position else max_completion_length)
     logprob = logprob_workspace_bytes(spec, scored, device)
     if not use_lora:
         logprob += spec.vocab_size * spec.hidden_size * 4.0  # fp32 gradient of the trained output head
     embeddings_out = tokens * spec.hidden_size * 2  # embedding output and final norm
-    activations = tokens * per_token + embeddings_out * act_width
+    activations = tokens * per_token + embeddings_out * act_width + repeated_prompt_kv
     generation_batch = per_device_train_batch_size * steps_per_generation
     kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
     return MemoryEstimate(
@@ -431,6 +438,7 @@ def estimate_for_profile(
         label=label or f"{p.name}",
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
         score_completions_only=p.score_completions_only,
+        score_shared_prefix_once=p.score_shared_prefix_once,
     )
 
 
@@ -451,9 +459,7 @@ def memory_table() -> Any:
 
     t4, gpu, cpu = get_profile("colab-t4"), get_profile("gpu"), get_profile("cpu")
     layers = f" in the top {cpu.lora_top_layers} layers" if cpu.lora_top_layers else ""
-    lab_setup = f"cpu profile: {cpu.training_dtype}, " + (
-        f"LoRA r={cpu.lora_r}{layers}" if cpu.use_lora else "full"
-    )
+    lab_setup = f"cpu profile: {cpu.training_dtype}, " + (f"LoRA r={cpu.lora_r}{layers}" if cpu.use_lora else "full")
     full_fp16 = t4.override(use_lora=False, load_in_4bit=False, gradient_checkpointing=False)
     vllm = f"vLLM colocated ({gpu.vllm_gpu_memory_utilization:.0%} of the GPU)"
     rows = [
@@ -591,7 +597,6 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
     """Inside the fresh subprocess: one real GRPOTrainer run; peak RSS above the post-import baseline."""
     import torch
     import trl  # noqa: F401  (imported before the baseline: its own memory is not the run's)
-
 
     p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(profile_json).items()})
     torch.manual_seed(0)

@@ -71,6 +71,8 @@ class Profile:
     group_generation: bool = False
     # TRL's log-softmax scores the completion tokens only on a CPU too (course_utils.completion_scoring)
     score_completions_only: bool = False
+    # TRL's training pass reads the prompt its rows share once, not once per row (course_utils.completion_scoring)
+    score_shared_prefix_once: bool = False
     # Added for training (course_utils.training): the warm start and the optimiser
     warm_start_learning_rate: float = 1e-4
     warm_start_epochs: float = 1.0
@@ -144,6 +146,7 @@ PROFILES: dict[str, Profile] = {
         reuse_freed_memory=True,  # likewise
         group_generation=True,  # likewise
         score_completions_only=True,  # likewise
+        score_shared_prefix_once=True,  # likewise
         num_generations=2,
         per_device_train_batch_size=4,
         max_completion_length=24,
@@ -188,6 +191,8 @@ PROFILES: dict[str, Profile] = {
         group_generation=True,
         # TRL scores every position on a CPU, prompt included; the completions only: shorter steps, less RAM
         score_completions_only=True,
+        # Each micro-batch holds completions of one prompt: the training pass reads it once, not 4 times
+        score_shared_prefix_once=True,
         max_steps=30,
         learning_rate=2e-4,  # LoRA: ~10x a full fine-tuning rate, to move within 30 steps
         beta=0.0,

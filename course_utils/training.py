@@ -27,7 +27,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from course_utils.completion_scoring import CompletionOnlyScoring
+from course_utils.completion_scoring import CompletionOnlyScoring, SharedPrefixScoring
 from course_utils.cpu_allocator import reuse_freed_memory_callback
 from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.group_generation import GroupGeneration
@@ -528,7 +528,8 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
 
     They change how fast a step runs, never what it computes: freed memory kept for reuse
     (``reuse_freed_memory``), each group sampled with its prompt read once (``group_generation``), and
-    the log-softmax run on the completion tokens only (``score_completions_only``).
+    the log-softmax run on the completion tokens only (``score_completions_only``), and the prompt a
+    micro-batch's rows share read once in the training pass (``score_shared_prefix_once``).
     Put them first, so that a callback timing the step (the benchmark's) counts the per-step release too.
     The appendix notebook (``99_appendix_cpu_speed.ipynb``) explains and measures them.
     """
@@ -536,6 +537,7 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
         *allocator_callbacks(profile),
         *([GroupGeneration()] if profile.group_generation else []),
         *([CompletionOnlyScoring()] if profile.score_completions_only else []),
+        *([SharedPrefixScoring()] if profile.score_shared_prefix_once else []),
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import trl.trainer.utils as trl_utils
@@ -74,3 +76,123 @@ def test_a_trl_without_the_rule_gets_a_clear_error(monkeypatch):
 def test_the_cpu_profiles_train_with_it_and_the_gpu_profiles_keep_trls_rule(name, expected):
     names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
     assert ("CompletionOnlyScoring" in names) is expected
+
+
+# --- The prefix all rows share, read once ------------------------------------------------------------------------
+
+
+def test_common_prefix_length_stops_at_the_first_token_or_mask_that_differs():
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 7, 9], [5, 6, 7, 8]])
+    assert cs.common_prefix_length(ids, torch.ones_like(ids)) == 3
+    assert cs.common_prefix_length(ids[[0, 2]], torch.ones_like(ids[[0, 2]])) == 4, "equal rows share everything"
+    mask = torch.ones_like(ids)
+    mask[1, 1] = 0
+    assert cs.common_prefix_length(ids, mask) == 1, "a masked token differs from a read one"
+    assert cs.common_prefix_length(torch.tensor([[1, 2], [3, 2]]), torch.ones(2, 2)) == 0
+
+
+@pytest.mark.parametrize("shapes", [((4,), (4,)), ((2, 3), (2, 4))])
+def test_common_prefix_length_rejects_tensors_that_are_not_one_rows_by_tokens_shape(shapes):
+    with pytest.raises(ValueError, match="rows, tokens"):
+        cs.common_prefix_length(torch.zeros(shapes[0], dtype=torch.long), torch.ones(shapes[1]))
+
+
+def lora_model(seed: int = 1) -> torch.nn.Module:
+    """A tiny random Llama with TRL's fused head and non-zero LoRA adapters, as the trainer scores with."""
+    from peft import LoraConfig, get_peft_model
+
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2, seed=seed)
+    add_fused_lm_head(model)
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    torch.manual_seed(seed)
+    return get_peft_model(model, config)
+
+
+def group_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """4 completions of one left-padded 6-token prompt, one of them ended early (right padding)."""
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(1, 128, (1, 6), generator=generator)
+    ids = torch.cat([prompt.expand(4, -1), torch.randint(1, 128, (4, 7), generator=generator)], dim=1)
+    mask = torch.ones_like(ids)
+    mask[:, :2] = 0
+    mask[1, 10:] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :6] = -100
+    return ids, mask, labels
+
+
+def scored_group(read_once: bool, monkeypatch) -> tuple[torch.Tensor, list[torch.Tensor], list[tuple[int, int]]]:
+    """Log-probs and LoRA gradients of :func:`group_batch`, and the (rows, tokens) of every backbone forward."""
+    model, (ids, mask, labels) = lora_model(), group_batch()
+    calls, backbone_type = [], type(cs.decoder_backbone(model))
+    forward = backbone_type.forward
+
+    def recorded(self, *args, **kwargs):
+        calls.append(tuple(kwargs["input_ids"].shape))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(backbone_type, "forward", recorded)
+    with cs.prefix_read_once(model) if read_once else contextlib.nullcontext():
+        output = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    monkeypatch.undo()
+    output.loss.backward()
+    gradients = [p.grad for p in model.parameters() if p.requires_grad]
+    return output.log_probs.detach(), gradients, calls
+
+
+def test_reading_the_shared_prefix_once_gives_the_same_log_probs_and_gradients(monkeypatch):
+    every_row, every_gradient, every_call = scored_group(read_once=False, monkeypatch=monkeypatch)
+    once, gradients, calls = scored_group(read_once=True, monkeypatch=monkeypatch)
+    assert every_call == [(4, 13)]
+    assert calls == [(1, 6), (4, 7)], "the 6 prompt tokens once, then each row's 7 other tokens"
+    assert torch.allclose(once, every_row, atol=1e-6), (once - every_row).abs().max()
+    assert len(gradients) == len(every_gradient) > 0
+    for shared, plain in zip(gradients, every_gradient, strict=True):
+        assert torch.allclose(shared, plain, atol=1e-6), (shared - plain).abs().max()
+
+
+def test_calls_that_are_not_a_training_pass_over_a_shared_prefix_run_as_usual():
+    ids, mask, _ = group_batch()
+    seen = []
+
+    def forward(**kwargs):
+        seen.append(kwargs)
+        return "plain"
+
+    assert cs.shared_prefix_forward(forward, input_ids=ids, attention_mask=mask) == "plain", "generation's calls"
+    assert cs.shared_prefix_forward(forward, input_ids=ids[:1], attention_mask=mask[:1], use_cache=False) == "plain"
+    distinct = ids.clone()
+    distinct[1, 0] = 99
+    assert cs.shared_prefix_forward(forward, input_ids=distinct, attention_mask=mask, use_cache=False) == "plain"
+    positions = torch.arange(13).expand(4, -1)
+    assert (
+        cs.shared_prefix_forward(forward, input_ids=ids, attention_mask=mask, use_cache=False, position_ids=positions)
+        == "plain"
+    )
+    assert len(seen) == 4 and seen[-1]["position_ids"] is positions, "arguments are passed on untouched"
+
+
+def test_prefix_read_once_is_undone_on_exit_and_needs_a_causal_lm():
+    model = lora_model()
+    backbone = cs.decoder_backbone(model)
+    with cs.prefix_read_once(model):
+        assert "forward" in backbone.__dict__
+    assert "forward" not in backbone.__dict__
+    with pytest.raises(ValueError, match="score_shared_prefix_once=False"):
+        cs.decoder_backbone(torch.nn.Linear(2, 2))
+
+
+def test_the_shared_prefix_callback_applies_it_for_the_length_of_training():
+    model, callback = lora_model(), cs.SharedPrefixScoring()
+    callback.on_train_begin(None, None, None, model=model)
+    assert "forward" in cs.decoder_backbone(model).__dict__
+    callback.on_train_end(None, None, None, model=model)
+    assert "forward" not in cs.decoder_backbone(model).__dict__
+    with pytest.raises(ValueError, match="callbacks"):
+        callback.on_train_begin(None, None, None)
+
+
+@pytest.mark.parametrize(("name", "expected"), [("ci", True), ("cpu", True), ("colab-t4", False), ("gpu", False)])
+def test_the_cpu_profiles_read_the_shared_prompt_once(name, expected):
+    names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
+    assert ("SharedPrefixScoring" in names) is expected

@@ -235,11 +235,54 @@ def test_layers_that_cannot_fold_run_their_adapters_as_usual():
     disabled.enable_adapters(False)
     biased.lora_B["default"].bias = torch.nn.Parameter(torch.ones(biased.out_features))
     assert not any(gg.foldable(layer) for layer in (quantized, dropping, disabled, biased))
+    assert not any(gg.plain_lora(layer) for layer in (quantized, dropping, disabled, biased))
     assert not any(gg.foldable(layer) for layer in gg.lora_layers(lora_model(torch.bfloat16)))
     with gg.adapters_folded_in(model) as idle:
         unfolded = {id(layer.get_base_layer()) for layer in (quantized, dropping, disabled, biased)}
         assert not unfolded & set(map(id, idle))
         assert gg.FOLDED not in dropping._modules
+
+
+def test_bf16_lora_layers_compute_base_and_adapters_in_one_stacked_product():
+    """bf16 weights keep their adapters, computed in bf16 as the trainer's autocast computes them."""
+    model = lora_model(torch.bfloat16)
+    layers = gg.lora_layers(model)
+    assert all(gg.plain_lora(layer) and not gg.foldable(layer) for layer in layers)
+    assert layers[0].lora_A["default"].weight.dtype == torch.float32, "peft keeps the adapters in fp32"
+    layer = layers[0]
+    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(0)).bfloat16()
+    with torch.no_grad():
+        base = layer.get_base_layer()(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            trained = layer(x)
+        with gg.adapters_folded_in(model) as idle:
+            assert [layer.get_base_layer() for layer in layers] == idle
+            assert layer._modules[gg.FOLDED].weight.shape == (layer.out_features + 4, layer.in_features)
+            got = layer(x)
+    assert got.dtype == torch.bfloat16 and got.shape == trained.shape
+    assert (got.float() - base.float()).abs().max() > 0.1, "the adapters change the output"
+    assert torch.allclose(got.float(), trained.float(), atol=2e-2, rtol=2e-2), (got - trained).abs().max()
+    assert "forward" not in layer.__dict__ and gg.FOLDED not in layer._modules
+
+
+def test_a_stacked_layer_keeps_the_base_bias_and_adds_every_active_adapter():
+    base = torch.nn.Linear(8, 6).bfloat16()
+    wrapper = torch.nn.Sequential(base)
+    config = LoraConfig(r=2, target_modules=["0"], lora_dropout=0.0, init_lora_weights=False)
+    model = get_peft_model(wrapper, config)
+    model.add_adapter("second", LoraConfig(r=3, target_modules=["0"], init_lora_weights=False))
+    layer = gg.lora_layers(model)[0]
+    layer.set_adapter(["default", "second"])
+    x = torch.randn(4, 8).bfloat16()
+    with torch.no_grad():
+        exact = base(x).float() + sum(
+            (x.float() @ layer.lora_A[n].weight.float().t()) @ layer.lora_B[n].weight.float().t() * layer.scaling[n]
+            for n in ("default", "second")
+        )
+        with gg.adapters_folded_in(model):
+            assert layer._modules[gg.FOLDED].weight.shape == (6 + 2 + 3, 8)
+            got = layer(x)
+    assert torch.allclose(got.float(), exact, atol=5e-2, rtol=2e-2), (got.float() - exact).abs().max()
 
 
 def test_under_autocast_a_folded_layer_computes_as_peft_does():

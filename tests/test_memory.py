@@ -147,6 +147,28 @@ def test_a_cpu_profile_that_scores_completions_only_counts_them_only():
     assert estimate_for_profile(lab).logprob_gb < estimate_for_profile(every_position).logprob_gb
 
 
+def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_per_row():
+    settings = {"device": "cpu", "max_completion_length": 96, "use_lora": True}
+    every_row = estimate_memory(QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, **settings)
+    once = estimate_memory(
+        QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, score_shared_prefix_once=True, **settings
+    )
+    one_row = [
+        estimate_memory(QWEN25_05B, per_device_train_batch_size=1, prompt_tokens=n, **settings) for n in (79, 80)
+    ]
+    one_prompt_token = one_row[1].activations_gb - one_row[0].activations_gb  # everything a token keeps
+    keys_and_values = 2 * QWEN25_05B.kv_dim * 4 * QWEN25_05B.num_layers / GB  # fp32, every layer
+    saved = every_row.activations_gb - once.activations_gb
+    assert saved == pytest.approx(3 * 80 * one_prompt_token - 4 * 80 * keys_and_values)
+    assert 0 < saved < every_row.activations_gb
+    alone = estimate_memory(
+        QWEN25_05B, per_device_train_batch_size=1, prompt_tokens=80, score_shared_prefix_once=True, **settings
+    )
+    assert alone.activations_gb == one_row[1].activations_gb, "one row shares nothing"
+    unshared = get_profile("cpu").override(score_shared_prefix_once=False)
+    assert estimate_for_profile("cpu").activations_gb < estimate_for_profile(unshared).activations_gb
+
+
 def test_memory_table_covers_the_course_hardware():
     table = memory_table()
     assert {"T4", "A100-40GB", "A800-80GB", "CPU (laptop)"} <= set(table.hardware)
