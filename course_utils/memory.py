@@ -47,13 +47,14 @@ DEFAULT_PROMPT_TOKENS = 200
 # tiles of at most TOKEN_CHUNK_SIZE positions x _CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries, in fp32.
 LOGPROB_TOKEN_CHUNK = 4096
 LOGPROB_VOCAB_CHUNK = 32768
-# At the peak of the backward pass, on the CPU, where PyTorch ops fold the tiles: about 7.7 fp32 tiles of
-# positions x vocabulary chunk, plus 3.3 fp32 copies of one vocabulary chunk of the output head (the
-# gradient is accumulated in fp32). Every position is scored there, prompt included. Measured with TRL 1.16
-# on the course's CPU (``measure_logprob_workspace``: 857 MB at 600 positions, 1,465 MB at 1,200, SmolLM2's
-# head). On a GPU a Triton kernel folds the tiles, only completion tokens are scored and the product is
-# accumulated in fp32 directly: 2 tiles and no copies is our assumption there, not a measurement.
-LOGPROB_BACKWARD_TILES = {"cpu": 7.7, "cuda": 2.0}
+# At the peak of the backward pass, on the CPU, where PyTorch ops fold the tiles: about 8 fp32 tiles of
+# positions x vocabulary chunk (7.7-8.3 measured), plus up to 3.3 fp32 copies of one vocabulary chunk of the
+# output head, which depend on the machine's matrix library: none on an AVX-512 Xeon (kernel high-water mark,
+# bf16 and fp32, 400 and 1,000 positions), 3.3 in an earlier measurement with TRL 1.16 (857 MB at 600 positions,
+# 1,465 MB at 1,200). The estimate counts them: it plans for the larger. Measured by ``measure_logprob_workspace``
+# with SmolLM2's head. On a GPU a Triton kernel folds the tiles, only completion tokens are scored and the
+# product is accumulated in fp32 directly: 2 tiles and no copies is our assumption there, not a measurement.
+LOGPROB_BACKWARD_TILES = {"cpu": 8.0, "cuda": 2.0}
 LOGPROB_WEIGHT_COPIES = {"cpu": 3.3, "cuda": 0.0}
 # Runtime memory that no tensor accounts for: the CUDA context and allocator slack on a GPU.
 RUNTIME_OVERHEAD_GB = {"cuda": 0.6, "cpu": 0.0}
@@ -686,9 +687,30 @@ def _run_logprob_workspace(positions: int, hidden_size: int, vocab_size: int, dt
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * page
 
+    def high_water_mark() -> int | None:
+        """The kernel's peak resident memory since the last reset (VmHWM), reset now; None where it can't be."""
+        try:
+            with open("/proc/self/status") as status:
+                peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+            with open("/proc/self/clear_refs", "w") as clear:
+                clear.write("5")  # Linux: start a new high-water mark from the current resident size
+        except (OSError, StopIteration, ValueError):
+            return None
+        return peak
+
     def peak_while(run: Any) -> int:
-        """Peak resident memory above the start while ``run()`` works, sampled every millisecond."""
-        start, peak, running = resident(), [0], [True]
+        """Peak resident memory above the start while ``run()`` works.
+
+        The kernel's own high-water mark where Linux lets it be reset (exact); elsewhere sampled every millisecond,
+        which can miss a short peak while both cores compute.
+        """
+        start = resident()
+        if high_water_mark() is not None:
+            run()
+            peak = high_water_mark()
+            if peak is not None:
+                return max(peak - start, 0)
+        peak, running = [0], [True]
 
         def sample() -> None:
             while running[0]:
