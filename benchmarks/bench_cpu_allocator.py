@@ -1,7 +1,7 @@
 """What ``cpu_allocator.reuse_freed_memory`` buys: TRL's CPU log-softmax over the vocabulary, forward + backward.
 
-The shapes are the `cpu` lab's: one micro-batch of 4 sequences of 175 tokens (700 positions, since the CPU
-path scores every position), SmolLM2's hidden size 576 and vocabulary 49,152, in bfloat16. Each setting runs
+The shapes are the `cpu` lab's: one micro-batch of 8 completions of 96 tokens (768 positions: the lab scores
+the completion tokens only), SmolLM2's hidden size 576 and vocabulary 49,152, in bfloat16. Each setting runs
 in its own fresh process, because the C allocator's settings cannot be taken back inside one.
 
 Prints, for ``default`` (glibc as it comes) and ``reuse`` (big freed blocks kept):
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-POSITIONS, HIDDEN, VOCAB = 700, 576, 49_152
+POSITIONS, HIDDEN, VOCAB = 8 * 96, 576, 49_152
 VOCAB_TILE = 32_768  # TRL's chunk of the vocabulary (trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE)
 SETTINGS = ("default", "reuse")
 

@@ -790,8 +790,8 @@ def generation_batch_cases() -> list[Case]:
     """Sizes that form whole groups, sizes that do not, and sizes that are no sizes at all."""
     return [
         Case("the golden config: 8 x 16, groups of 8", (8, 16, 8)),
-        Case("the cpu lab: 4 x 2, groups of 8", (4, 2, 8)),
-        Case("one pass of 8, groups of 8", (8, 1, 8)),
+        Case("4 x 2, groups of 8", (4, 2, 8)),
+        Case("the cpu lab: one pass of 8, groups of 8", (8, 1, 8)),
         Case("12 x 1, groups of 3", (12, 1, 3)),
         Case("6 x 1, groups of 4: not whole groups", (6, 1, 4)),
         Case("3 x 3, groups of 2: not whole groups", (3, 3, 2)),
