@@ -4,9 +4,8 @@ Why this matters: on a CPU, TRL scores the vocabulary in tiles of tokens x 32,76
 pass makes about ten float32 temporaries of that size per tile (about 90 MB each in the `cpu` lab). glibc's
 ``malloc`` hands every request above 32 MB to the kernel (``mmap``) and gives it back on ``free``
 (``munmap``), so each temporary starts as untouched pages that fault in one by one, zero-filled by the
-kernel. Measured on the lab's shapes (700 positions, SmolLM2's 49,152-token vocabulary, 2 cores): 658,000
-page faults and 0.97 s per forward + backward of the log-softmax; with freed blocks kept for reuse, no page
-faults and 0.45 s. ``benchmarks/bench_cpu_allocator.py`` prints those numbers on your machine.
+kernel. ``benchmarks/bench_cpu_allocator.py`` measures the page faults and seconds of one forward + backward of
+the log-softmax on the lab's shapes, with and without freed blocks kept for reuse.
 
 The fix is two ``mallopt`` settings of the C library, the same thing jemalloc or tcmalloc do by design:
 serve big blocks from the heap instead of ``mmap`` (``M_MMAP_MAX = 0``), and give freed memory back to

@@ -219,6 +219,10 @@ class MemoryEstimate:
     accumulates_gradients: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     vllm_gb: float = 0.0  # what a colocated vLLM reserves (its weights and KV cache) for generation
+    # group generation on a CPU: packed copies of the weights, and adapted copies of the LoRA layers, while sampling
+    generation_copies_gb: float = 0.0
+    # freed memory the process keeps until the step ends (reuse_freed_memory): the training pass starts above it
+    kept_after_generation_gb: float = 0.0
 
     @property
     def training_phase_gb(self) -> float:
@@ -229,7 +233,10 @@ class MemoryEstimate:
 
     @property
     def total_gb(self) -> float:
-        """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation.
+        """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation
+        (its key/value cache, and on a CPU with group generation, the weights' packed and adapted copies). With
+        freed memory kept in the process until the step ends (``reuse_freed_memory``), those copies still take
+        their pages when the training pass starts: measured, the training pass does not reuse them.
 
         Gradients are freed after each optimizer step (``zero_grad`` sets them to None), so without
         gradient accumulation they never meet the activations: by the end of the backward pass, the
@@ -237,7 +244,9 @@ class MemoryEstimate:
         once put full fine-tuning 28% over the measured peak, the phases 9%.
         """
         persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb + self.vllm_gb
-        return persistent + max(self.training_phase_gb, self.gradients_gb, self.kv_cache_gb) + self.overhead_gb
+        generation = self.kv_cache_gb + self.generation_copies_gb
+        after_generation = self.kept_after_generation_gb + max(self.training_phase_gb, self.gradients_gb)
+        return persistent + max(after_generation, generation) + self.overhead_gb
 
     def as_row(self) -> dict[str, Any]:
         """One table row: the parts rounded to 0.01 GB, plus the total."""
@@ -303,6 +312,8 @@ def estimate_memory(
     vllm_reserved_gb: float = 0.0,
     score_completions_only: bool = False,
     score_shared_prefix_once: bool = False,
+    group_generation: bool = False,
+    reuse_freed_memory: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
 
@@ -315,6 +326,9 @@ def estimate_memory(
     ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
     ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
     (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
+    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head, and
+    first copies each LoRA layer's weight with its adapters folded in or stacked (``course_utils.group_generation``).
+    ``reuse_freed_memory``: the process keeps what it frees until the step ends (``course_utils.cpu_allocator``).
     """
     if dtype not in BYTES_PER_DTYPE:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
@@ -381,6 +395,12 @@ def estimate_memory(
     activations = tokens * per_token + embeddings_out * act_width + repeated_prompt_kv
     generation_batch = per_device_train_batch_size * steps_per_generation
     kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
+    generation_copies = 0.0
+    if group_generation and device == "cpu" and not load_in_4bit:
+        shapes = spec.module_shapes()
+        adapted = sum(a * b for name, (a, b) in shapes.items() if name in lora_target_modules) if use_lora else 0
+        head = spec.vocab_size * spec.hidden_size
+        generation_copies = (spec.linear_parameters + trained_layers * adapted + head) * width
     return MemoryEstimate(
         label=label or spec.name,
         parameters=params,
@@ -396,6 +416,8 @@ def estimate_memory(
         accumulates_gradients=(gradient_accumulation_steps or steps_per_generation) > 1,
         notes=tuple(notes),
         vllm_gb=float(vllm_reserved_gb),
+        generation_copies_gb=generation_copies / GB,
+        kept_after_generation_gb=(generation_copies if reuse_freed_memory and device == "cpu" else 0.0) / GB,
     )
 
 
@@ -440,6 +462,8 @@ def estimate_for_profile(
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
         score_completions_only=p.score_completions_only,
         score_shared_prefix_once=p.score_shared_prefix_once,
+        group_generation=p.group_generation,
+        reuse_freed_memory=p.reuse_freed_memory,
     )
 
 
