@@ -311,16 +311,34 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
 
 
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
-    """``generate(**kwargs)`` with the adapters folded in, each group's prompt read once, the weights packed."""
+    """``generate(**kwargs)`` with the adapters folded in, each group's prompt read once, the weights packed.
+
+    It runs in ``torch.inference_mode``, which skips autograd's bookkeeping on every op (``no_grad`` still does
+    some), and returns normal tensors: the trainer computes gradients through the completions' token ids.
+    """
     input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    with torch.no_grad(), adapters_folded_in(model) as idle:
+    with torch.inference_mode(), adapters_folded_in(model) as idle:
         if input_ids is not None and attention_mask is not None and not {"cache", "past_key_values"} & kwargs.keys():
             cache = shared_prompt_cache(model, input_ids, attention_mask)
             if cache is not None:
                 kwargs["cache"] = with_room(cache, 1 + (new_token_budget(model, kwargs) or input_ids.shape[1]))
         rows = input_ids.shape[0] if input_ids is not None else 1
         with packed_linears(model, rows, skip=idle), sampling_by_inverse_cdf():
-            return generate(**kwargs)
+            output = generate(**kwargs)
+    return normal_tensors(output)
+
+
+def normal_tensors(output: Any) -> Any:
+    """``output`` with each inference-mode tensor in it (alone, in a tuple or list, or a field of a dict such as
+    ``generate``'s outputs) cloned into a normal tensor, which autograd accepts. Anything else is left as it is."""
+    if isinstance(output, torch.Tensor):
+        return output.clone() if output.is_inference() else output
+    if isinstance(output, (tuple, list)):
+        return type(output)(normal_tensors(item) for item in output)
+    if isinstance(output, dict):
+        for key, value in output.items():
+            output[key] = normal_tensors(value)
+    return output
 
 
 def install(model: Any) -> Any:

@@ -355,3 +355,28 @@ def test_the_prompt_is_read_as_generate_reads_it_when_the_trainer_wraps_forward_
     grouped = generate(gg.install(model), inputs, **settings)
     for step, (expected, got) in enumerate(zip(plain.logits, grouped.logits, strict=True)):
         assert torch.allclose(got, expected, atol=1e-5), f"logits differ at new token {step}"
+
+
+def test_completions_come_back_as_normal_tensors_the_trainer_can_train_through():
+    """Sampled in inference mode, the token ids are returned as normal tensors: an embedding saves them for backward."""
+    inputs = grouped_prompts()
+    model = gg.install(lora_model())
+    completions = generate(model, inputs, do_sample=True)
+    assert not completions.is_inference()
+    loss = model(input_ids=completions, attention_mask=torch.ones_like(completions)).logits.float().mean()
+    loss.backward()
+    assert any(p.grad is not None for p in model.parameters() if p.requires_grad)
+    returned = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    assert not returned.sequences.is_inference() and not any(step.is_inference() for step in returned.logits)
+
+
+def test_normal_tensors_clones_inference_tensors_wherever_they_sit_and_leaves_the_rest():
+    normal = torch.ones(2)
+    with torch.inference_mode():
+        made = torch.arange(3)
+    output = gg.normal_tensors({"sequences": made, "logits": (made, [made]), "normal": normal, "name": "kept"})
+    assert not output["sequences"].is_inference() and torch.equal(output["sequences"], made)
+    assert not output["logits"][0].is_inference() and not output["logits"][1][0].is_inference()
+    assert isinstance(output["logits"], tuple) and isinstance(output["logits"][1], list)
+    assert output["normal"] is normal and output["name"] == "kept"
+    assert not gg.normal_tensors(made).is_inference() and gg.normal_tensors(None) is None
