@@ -11,7 +11,8 @@ generation is most of a training step, both cost time that changes nothing in wh
   computes its base product and ``x @ A.T`` as one product instead (:func:`stacked_linear`);
 - the linear layers compute through weights packed once per call (:mod:`course_utils.packed_linear`);
 - each token is drawn from the cumulative probabilities, one uniform number per row, where
-  ``torch.multinomial`` draws an exponential number for every entry of the vocabulary.
+  ``torch.multinomial`` draws an exponential number for every entry of the vocabulary;
+- it runs in ``torch.inference_mode``, without autograd's bookkeeping on each op.
 
 Sampling itself stays transformers' ``generate`` with the trainer's generation config, so the completions
 come from the current policy, with the same probabilities. :class:`GroupGeneration` installs this in a
