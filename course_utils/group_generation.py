@@ -236,7 +236,7 @@ def _through_stacked(layer: Any, ups: list[torch.Tensor], x: torch.Tensor, *args
 
 @contextmanager
 def adapters_folded_in(model: Any) -> Iterator[list[torch.nn.Module]]:
-    """Inside: each plain LoRA layer computes its base product and adapters in one product (plus B's, in bf16).
+    """Inside: each plain LoRA layer computes its base product and adapters in one product (plus B's small one).
 
     fp32 layers compute through :func:`folded_linear`, bf16 layers through :func:`stacked_linear`. Yields the base
     layers the copies stand in for (idle until exit). The trained weights and adapters are never written to; the
