@@ -417,7 +417,7 @@ def estimate_memory(
         notes=tuple(notes),
         vllm_gb=float(vllm_reserved_gb),
         generation_copies_gb=generation_copies / GB,
-        kept_after_generation_gb=(generation_copies if reuse_freed_memory and device == "cpu" else 0.0) / GB,
+        kept_after_generation_gb=(generation_copies if reuse_freed_memory else 0.0) / GB,
     )
 
 
@@ -731,9 +731,7 @@ def _run_logprob_workspace(positions: int, hidden_size: int, vocab_size: int, dt
         start = resident()
         if high_water_mark() is not None:
             run()
-            peak = high_water_mark()
-            if peak is not None:
-                return max(peak - start, 0)
+            return max((high_water_mark() or start) - start, 0)
         peak, running = [0], [True]
 
         def sample() -> None:
