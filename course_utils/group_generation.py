@@ -30,7 +30,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.cache_utils import DynamicLayer
 
-from course_utils.packed_linear import packed_linears
+from course_utils.packed_linear import GENERATE_PACKS_ITSELF, packed_linears
 
 INSTALLED_FLAG = "_course_group_generation"
 
@@ -234,15 +234,21 @@ def _through_stacked(layer: Any, ups: list[torch.Tensor], x: torch.Tensor, *args
     return result.to(both.dtype)
 
 
+def idle_while_folded(layer: Any) -> list[torch.nn.Module]:
+    """The modules a folded or stacked layer's copy stands in for: its base layer and its active adapters' A and B."""
+    names = layer.active_adapters
+    return [layer.get_base_layer(), *(layer.lora_A[n] for n in names), *(layer.lora_B[n] for n in names)]
+
+
 @contextmanager
 def adapters_folded_in(model: Any) -> Iterator[list[torch.nn.Module]]:
     """Inside: each plain LoRA layer computes its base product and adapters in one product (plus B's small one).
 
-    fp32 layers compute through :func:`folded_linear`, bf16 layers through :func:`stacked_linear`. Yields the base
-    layers the copies stand in for (idle until exit). The trained weights and adapters are never written to; the
-    copies are registered as submodules for the length of the call (so :func:`packed_linears` packs them too),
-    then dropped. Other layers, and any call under autocast (which would compute an fp32 copy in bf16), run their
-    adapters as usual.
+    fp32 layers compute through :func:`folded_linear`, bf16 layers through :func:`stacked_linear`. Yields the
+    layers that stay idle until exit (:func:`idle_while_folded`). The trained weights and adapters are never
+    written to; the copies are registered as submodules for the length of the call (so :func:`packed_linears`
+    packs them too), then dropped. Other layers, and any call under autocast (which would compute an fp32 copy
+    in bf16), run their adapters as usual.
     """
     layers = [layer for layer in lora_layers(model) if plain_lora(layer)]
     try:
@@ -255,7 +261,7 @@ def adapters_folded_in(model: Any) -> Iterator[list[torch.nn.Module]]:
                     stacked, ups = stacked_linear(layer)
                     layer.add_module(FOLDED, stacked)
                     layer.forward = partial(_through_stacked, layer, ups)
-        yield [layer.get_base_layer() for layer in layers]
+        yield [idle for layer in layers for idle in idle_while_folded(layer)]
     finally:
         for layer in layers:
             layer.__dict__.pop("forward", None)
@@ -353,6 +359,7 @@ def install(model: Any) -> Any:
 
     model.generate = generate
     setattr(model, INSTALLED_FLAG, True)
+    setattr(model, GENERATE_PACKS_ITSELF, True)
     return model
 
 

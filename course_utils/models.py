@@ -20,11 +20,12 @@ import shutil
 import struct
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course_utils.packed_linear import packed_linears
+from course_utils.packed_linear import GENERATE_PACKS_ITSELF, packed_linears
 from course_utils.paths import cache_dir
 from course_utils.profiles import Profile, get_profile
 
@@ -252,7 +253,8 @@ def greedy_generate(
     The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
     generation appends on the right, so every prompt must end where the new tokens start). The model is
     put in eval mode for the call and restored after. On a CPU its linear layers run packed for the batch
-    (:mod:`course_utils.packed_linear`): the same products, the weights read faster.
+    (:mod:`course_utils.packed_linear`): the same products, the weights read faster (a model whose ``generate``
+    packs them itself, as in group generation, is left to do so).
     """
     import torch
 
@@ -272,7 +274,8 @@ def greedy_generate(
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), packed_linears(model, inputs["input_ids"].shape[0]):
+        packed = nullcontext() if getattr(model, GENERATE_PACKS_ITSELF, False) else packed_linears(model, len(texts))
+        with torch.inference_mode(), packed:
             output = model.generate(**inputs, generation_config=config)
     finally:
         model.train(was_training)

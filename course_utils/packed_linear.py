@@ -6,21 +6,31 @@ weight out again on every call; oneDNN and MKL can reorder a weight once into th
 best ("packing", as inductor's freezing does), and then reuse it at every token of a ``generate`` call.
 
 Which kernel streams fastest depends on the machine and the weight's shape (MKL on one CPU, oneDNN or plain
-``F.linear`` on another), so :func:`fastest_kernels` measures the candidates once per process on the model's
-own weights, and keeps a candidate only if its output equals ``F.linear``'s.
+``F.linear`` on another), so :func:`fastest_kernels` measures the candidates on the model's own weights, and keeps a
+candidate only if its output equals ``F.linear``'s. The choices are kept in the course's cache folder, per
+machine (CPU, kernels, torch, threads), so each notebook does not measure again.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from course_utils.hardware import cpu_model_name, kernel_limits
+from course_utils.paths import cache_dir
+
 KERNELS = ("linear", "mkl", "mkldnn")
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+KERNEL_CACHE_FILE = "packed_kernels.json"
+# Set on a model whose ``generate`` packs its own layers (course_utils.group_generation): packing around it again
+# would pack layers that then sit idle
+GENERATE_PACKS_ITSELF = "_course_generate_packs_linears"
 # (weight shape, dtype, rows) -> the kernel measured fastest in this process
 _MEASURED: dict[tuple[tuple[int, ...], torch.dtype, int], str] = {}
 
@@ -84,20 +94,73 @@ def _seconds_for_one_pass(kernel: str, layers: list[torch.nn.Linear], rows: int,
     return min(seconds)
 
 
-def fastest_kernels(layers: list[torch.nn.Linear], rows: int) -> dict[tuple[tuple[int, ...], torch.dtype], str]:
+def kernel_cache_path() -> Path:
+    """Where the measured choices are kept, for every process on this machine: the course's cache folder."""
+    return cache_dir() / KERNEL_CACHE_FILE
+
+
+def machine_key() -> str:
+    """What a measured choice depends on besides the weight: CPU, kernel caps, torch build and thread count."""
+    return (
+        f"{cpu_model_name()} | {torch.backends.cpu.get_cpu_capability()} | kernel limits: {kernel_limits()} | "
+        f"torch {torch.__version__} | {torch.get_num_threads()} threads"
+    )
+
+
+def _entry(shape: tuple[int, ...], dtype: torch.dtype, rows: int) -> str:
+    return f"{'x'.join(map(str, shape))} {str(dtype).removeprefix('torch.')} {rows} rows"
+
+
+def _read_kernel_cache(path: Path) -> dict[str, dict[str, str]]:
+    """The cache file's choices; an unreadable file is reported and measured again (then rewritten)."""
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+        if not isinstance(saved, dict) or not all(isinstance(v, dict) for v in saved.values()):
+            raise ValueError("expected {machine: {weight: kernel}}")
+    except (OSError, ValueError) as error:
+        print(f"Packed kernels: {path} is not readable ({error}); measuring again and rewriting it.")
+        return {}
+    return saved
+
+
+def _remember(path: Path, measured: dict[str, str]) -> None:
+    saved = _read_kernel_cache(path)
+    saved[machine_key()] = {**saved.get(machine_key(), {}), **measured}
+    try:
+        path.write_text(json.dumps(saved, indent=1, sort_keys=True))
+    except OSError as error:
+        print(f"Packed kernels: could not save the choices to {path} ({error}); each process will measure again.")
+
+
+def fastest_kernels(
+    layers: list[torch.nn.Linear], rows: int, cache: Path | None = None
+) -> dict[tuple[tuple[int, ...], torch.dtype], str]:
     """For each (weight shape, dtype) among ``layers``, the kernel that ran all those layers fastest here.
 
-    Timed on the layers themselves (so the weights stream from memory as in decoding), once per process.
+    Timed on the layers themselves (so the weights stream from memory as in decoding), once per machine: the
+    choice is kept in this process and in ``cache`` (default :func:`kernel_cache_path`) under :func:`machine_key`.
+    A saved kernel this torch does not have is measured again.
     """
     by_shape: dict[tuple[tuple[int, ...], torch.dtype], list[torch.nn.Linear]] = {}
     for layer in layers:
         by_shape.setdefault((tuple(layer.weight.shape), layer.weight.dtype), []).append(layer)
-    with torch.no_grad():
-        for (shape, dtype), same in by_shape.items():
-            if (shape, dtype, rows) not in _MEASURED:
-                seconds = {kernel: _seconds_for_one_pass(kernel, same, rows) for kernel in KERNELS}
-                timed = {kernel: s for kernel, s in seconds.items() if s is not None}
-                _MEASURED[shape, dtype, rows] = min(timed, key=timed.get)
+    missing = [key for key in by_shape if (*key, rows) not in _MEASURED]
+    if missing:
+        path = kernel_cache_path() if cache is None else Path(cache)
+        saved = _read_kernel_cache(path).get(machine_key(), {})
+        measured = {}
+        with torch.no_grad():
+            for shape, dtype in missing:
+                kernel = saved.get(_entry(shape, dtype, rows))
+                if kernel not in KERNELS:
+                    seconds = {k: _seconds_for_one_pass(k, by_shape[shape, dtype], rows) for k in KERNELS}
+                    timed = {k: s for k, s in seconds.items() if s is not None}
+                    kernel = measured[_entry(shape, dtype, rows)] = min(timed, key=timed.get)
+                _MEASURED[shape, dtype, rows] = kernel
+        if measured:
+            _remember(path, measured)
     return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
 
 

@@ -213,6 +213,11 @@ def test_a_small_adapter_update_reaches_the_sampler(dtype):
     assert sampler_gap < 0.75 * base_gap, f"the sampler misses the update: {sampler_gap:.1e} vs base {base_gap:.1e}"
 
 
+def stood_in_for(layers):
+    """Each layer's base and its adapters' A and B: what a folded copy replaces while generating."""
+    return [m for layer in layers for m in (layer.get_base_layer(), *layer.lora_A.values(), *layer.lora_B.values())]
+
+
 def test_lora_layers_fold_into_copies_that_leave_the_model_as_it_was():
     model = lora_model()
     layers = gg.lora_layers(model)
@@ -221,7 +226,7 @@ def test_lora_layers_fold_into_copies_that_leave_the_model_as_it_was():
     with torch.no_grad():
         expected = layers[0](x)
         with gg.adapters_folded_in(model) as idle:
-            assert [layer.get_base_layer() for layer in layers] == idle
+            assert idle == stood_in_for(layers)
             got = layers[0](x)
     assert torch.allclose(got, expected, atol=1e-5)
     assert all(gg.FOLDED not in layer._modules and "forward" not in layer.__dict__ for layer in layers)
@@ -256,7 +261,7 @@ def test_bf16_lora_layers_compute_base_and_adapters_in_one_stacked_product():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             trained = layer(x)
         with gg.adapters_folded_in(model) as idle:
-            assert [layer.get_base_layer() for layer in layers] == idle
+            assert idle == stood_in_for(layers)
             assert layer._modules[gg.FOLDED].weight.shape == (layer.out_features + 4, layer.in_features)
             got = layer(x)
     assert got.dtype == torch.bfloat16 and got.shape == trained.shape

@@ -17,6 +17,7 @@ from course_utils.models import (
     materialized_model_dir,
     saved_model_kind,
 )
+from course_utils.packed_linear import GENERATE_PACKS_ITSELF
 
 
 def test_missing_wheel_names_the_install_command(monkeypatch):
@@ -101,6 +102,21 @@ def test_greedy_generate_restores_training_mode_and_refuses_bad_input(offline_mo
         assert model.training
     finally:
         model.eval()
+
+
+def test_greedy_generate_packs_the_layers_unless_generate_packs_its_own(offline_model_and_tokenizer, monkeypatch):
+    model, tokenizer = offline_model_and_tokenizer
+    packing, packed_for = models.packed_linears, []
+
+    def recording_packing(model, rows, *args, **kwargs):
+        packed_for.append(rows)
+        return packing(model, rows, *args, **kwargs)
+
+    monkeypatch.setattr(models, "packed_linears", recording_packing)
+    greedy_generate(model, tokenizer, [QUESTION, LONGER], 2)
+    monkeypatch.setattr(model, GENERATE_PACKS_ITSELF, True, raising=False)
+    greedy_generate(model, tokenizer, [QUESTION], 2)
+    assert packed_for == [2], "packed once, for the 2 chats of the first call"
 
 
 def test_saved_model_kind(tmp_path):

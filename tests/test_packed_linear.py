@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from course_utils import packed_linear as pl
+from course_utils.hardware import cpu_model_name
 from course_utils.models import build_tiny_random_model
 
 DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def kernel_cache(tmp_path, monkeypatch):
+    """Every test measures for itself: its own cache file, and nothing remembered from an earlier test."""
+    path = tmp_path / pl.KERNEL_CACHE_FILE
+    monkeypatch.setattr(pl, "kernel_cache_path", lambda: path)
+    monkeypatch.setattr(pl, "_MEASURED", {})
+    return path
+
+
+def measuring_fails(*args, **kwargs):
+    raise AssertionError("measured again, where the saved choice should have been used")
 
 
 def linear(dtype: torch.dtype, bias: bool = True, shape: tuple[int, int] = (48, 32)) -> torch.nn.Linear:
@@ -99,3 +115,49 @@ def test_skipped_layers_are_left_as_they_are(monkeypatch):
         monkeypatch.setitem(pl._MEASURED, (shape, torch.float32, 2), "mkldnn")
     with torch.no_grad(), pl.packed_linears(model, rows=2, skip=[model[1]]):
         assert "forward" in vars(model[0]) and "forward" not in vars(model[1])
+
+
+def test_a_choice_is_saved_for_this_machine_and_read_by_the_next_process(kernel_cache, monkeypatch):
+    layers = [linear(torch.float32, shape=(40, 24)) for _ in range(2)]
+    chosen = pl.fastest_kernels(layers, rows=3)
+    saved = json.loads(kernel_cache.read_text())
+    assert saved == {pl.machine_key(): {"40x24 float32 3 rows": chosen[(40, 24), torch.float32]}}
+    monkeypatch.setattr(pl, "_MEASURED", {})  # a new process
+    monkeypatch.setattr(pl, "_seconds_for_one_pass", measuring_fails)
+    assert pl.fastest_kernels(layers, rows=3) == chosen
+
+
+def test_another_machine_or_row_count_is_measured_again(kernel_cache, monkeypatch):
+    layers = [linear(torch.float32, shape=(40, 24))]
+    pl.fastest_kernels(layers, rows=3)
+    monkeypatch.setattr(pl, "_MEASURED", {})
+    other = "another CPU | AVX2 | torch 2.13.0 | 2 threads"
+    monkeypatch.setattr(pl, "machine_key", lambda: other)
+    pl.fastest_kernels(layers, rows=3)
+    pl.fastest_kernels(layers, rows=5)
+    saved = json.loads(kernel_cache.read_text())
+    assert set(saved[other]) == {"40x24 float32 3 rows", "40x24 float32 5 rows"}
+    assert len(saved) == 2, "the first machine's choice is kept"
+
+
+@pytest.mark.parametrize("content", ["not json {", "[1, 2]", '{"machine": "mkl"}'])
+def test_an_unreadable_cache_is_reported_measured_again_and_rewritten(kernel_cache, content, capsys):
+    kernel_cache.write_text(content)
+    chosen = pl.fastest_kernels([linear(torch.float32, shape=(40, 24))], rows=3)
+    assert "is not readable" in capsys.readouterr().out
+    kernel = chosen[(40, 24), torch.float32]
+    assert json.loads(kernel_cache.read_text()) == {pl.machine_key(): {"40x24 float32 3 rows": kernel}}
+
+
+def test_a_saved_kernel_this_torch_does_not_have_is_measured_again(kernel_cache):
+    kernel_cache.write_text(json.dumps({pl.machine_key(): {"40x24 float32 3 rows": "blas"}}))
+    chosen = pl.fastest_kernels([linear(torch.float32, shape=(40, 24))], rows=3)
+    assert chosen[(40, 24), torch.float32] in pl.KERNELS
+    assert json.loads(kernel_cache.read_text())[pl.machine_key()]["40x24 float32 3 rows"] in pl.KERNELS
+
+
+def test_the_machine_key_names_the_cpu_kernels_torch_and_threads(monkeypatch):
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    key = pl.machine_key()
+    assert cpu_model_name() in key and "ATEN_CPU_CAPABILITY=avx2" in key
+    assert torch.__version__ in key and f"{torch.get_num_threads()} threads" in key
