@@ -161,7 +161,7 @@ PROFILES: dict[str, Profile] = {
         lr_scheduler_type="constant",
         eval_size=8,
         eval_batch_size=8,
-        eval_max_new_tokens=16,  # the evaluation path, not the scores: each new token reads every weight once
+        eval_max_new_tokens=8,  # the evaluation path, not the scores: each new token reads every weight once
     ),
     "cpu": Profile(
         name="cpu",
