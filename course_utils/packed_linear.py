@@ -125,8 +125,8 @@ def _read_kernel_cache(path: Path) -> dict[str, dict[str, str]]:
     return saved
 
 
-def _remember(path: Path, measured: dict[str, str]) -> None:
-    saved = _read_kernel_cache(path)
+def _remember(path: Path, saved: dict[str, dict[str, str]], measured: dict[str, str]) -> None:
+    """Write ``saved`` (the file as read) with this machine's ``measured`` choices added."""
     saved[machine_key()] = {**saved.get(machine_key(), {}), **measured}
     try:
         path.write_text(json.dumps(saved, indent=1, sort_keys=True))
@@ -149,8 +149,8 @@ def fastest_kernels(
     missing = [key for key in by_shape if (*key, rows) not in _MEASURED]
     if missing:
         path = kernel_cache_path() if cache is None else Path(cache)
-        saved = _read_kernel_cache(path).get(machine_key(), {})
-        measured = {}
+        every_machine = _read_kernel_cache(path)
+        saved, measured = every_machine.get(machine_key(), {}), {}
         with torch.no_grad():
             for shape, dtype in missing:
                 kernel = saved.get(_entry(shape, dtype, rows))
@@ -160,7 +160,7 @@ def fastest_kernels(
                     kernel = measured[_entry(shape, dtype, rows)] = min(timed, key=timed.get)
                 _MEASURED[shape, dtype, rows] = kernel
         if measured:
-            _remember(path, measured)
+            _remember(path, every_machine, measured)
     return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
 
 
