@@ -4,8 +4,8 @@ Prints `name: value` lines:
 
 - ``generate_tokens_per_second``: the lab's generation (its model in this machine's precision path, LoRA
   applied as the trainer applies it, sampled through ``course_utils.group_generation`` as the trainer samples,
-  one prompt times ``num_generations``, ``max_completion_length`` new tokens, sampled with the trainer's
-  settings from ``GRPOConfig``);
+  the frozen layers' packs kept between calls as during a training run, one prompt times ``num_generations``,
+  ``max_completion_length`` new tokens, sampled with the trainer's settings from ``GRPOConfig``);
 - ``generate_hf_default_tokens_per_second``: the same prompts, sampling settings and token count through plain
   ``model.generate`` on the fp32 model without adapters (transformers' default cache);
 - ``generate_linear_kernels``: which packed kernel this machine measured fastest for each weight shape;
@@ -31,7 +31,7 @@ import torch
 from peft import get_peft_model
 
 from course_utils.data import load_gsm8k
-from course_utils.group_generation import install
+from course_utils.group_generation import adapter_modules, install, keeping_frozen_packs, lora_layers
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
 from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
@@ -93,8 +93,11 @@ def main() -> None:
     if profile.group_generation:
         install(lab_model)
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
-    lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
-    kernels = fastest_kernels(packable_layers(lab_model), len(inputs["input_ids"])) if profile.group_generation else {}
+    with keeping_frozen_packs(lab_model):  # as GroupGeneration does for a training run
+        lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
+    adapters = {id(module) for layer in lora_layers(lab_model) for module in adapter_modules(layer)}
+    packed = [layer for layer in packable_layers(lab_model) if id(layer) not in adapters]  # adapters run unpacked
+    kernels = fastest_kernels(packed, len(inputs["input_ids"])) if profile.group_generation else {}
     tokens = len(inputs["input_ids"]) * new_tokens
     speedup = statistics.median(plain / lab for lab, plain in zip(lab_seconds, plain_seconds, strict=True))
     print(

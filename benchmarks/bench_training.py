@@ -58,7 +58,7 @@ class GenerateTimer:
     def attach(self, trainer: Any) -> None:
         model = trainer.model
         if any(isinstance(callback, GroupGeneration) for callback in trainer.callback_handler.callbacks):
-            install(model)  # now, so that the timer sees the whole grouped call (prefill and folding included)
+            install(model)  # now, so that the timer sees the whole grouped call (prefill and packing included)
         original = model.generate
 
         @functools.wraps(original)

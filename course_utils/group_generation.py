@@ -1,17 +1,19 @@
 """Sampling a GRPO group on a CPU without wasted work: the same policy, fewer passes over the weights.
 
 GRPO samples ``num_generations`` completions of every prompt. Plain ``generate`` reads each copy of the prompt
-again, and with LoRA it runs every adapter as two extra small products at each new token. On a CPU, where
-generation is most of a training step, both cost time that changes nothing in what is sampled:
+again, streams the weights through torch's default product, and runs each LoRA adapter through five module calls
+and ops at each new token. On a CPU, where generation is most of a training step, all of it costs time that
+changes nothing in what is sampled:
 
 - each distinct prompt is read once, and its key/value cache is copied to the rows of its group;
-- each fp32 LoRA layer computes one product through a copy of its weight with the adapters' delta added,
-  made for the length of the call, where the adapters would add two small products and a sum at every token
-  (the trained weights are never written to); a bf16 layer, whose weights would round a small delta away,
-  computes its base product and ``x @ A.T`` as one product instead (:func:`stacked_linear`);
-- the linear layers compute through weights packed once per call (:mod:`course_utils.packed_linear`);
-- each token is drawn from the cumulative probabilities, one uniform number per row, where
-  ``torch.multinomial`` draws an exponential number for every entry of the vocabulary;
+- the linear layers compute through weights packed once (:mod:`course_utils.packed_linear`); during training,
+  where the base weights are frozen, their packs are kept from one call to the next (:class:`KeptPacks`);
+- each LoRA layer adds its adapters to the packed base product in fp32, in two ops per adapter
+  (:func:`adapters_beside_the_base`);
+- attention for one new token reads each key/value head with its group of query heads as rows
+  (:func:`grouped_query_sdpa`);
+- each token is drawn from the cumulative probabilities, one uniform number per row and step of a two-step
+  draw, where ``torch.multinomial`` draws an exponential number for every entry of the vocabulary;
 - it runs in ``torch.inference_mode``, without autograd's bookkeeping on each op.
 
 Sampling itself stays transformers' ``generate`` with the trainer's generation config, so the completions
@@ -22,17 +24,22 @@ come from the current policy, with the same probabilities. :class:`GroupGenerati
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
+import torch.nn.functional as F
+from transformers import AttentionInterface, AttentionMaskInterface, TrainerCallback
 from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
 
-from course_utils.packed_linear import GENERATE_PACKS_ITSELF, packed_linears
+from course_utils.packed_linear import GENERATE_PACKS_ITSELF, KeptPacks, packed_linears
 
 INSTALLED_FLAG = "_course_group_generation"
+KEPT_PACKS = "_course_kept_packs"  # a model attribute: the KeptPacks of the training run that owns the model
+GROUPED_SDPA = "course_grouped_sdpa"  # the attention implementation generate runs under (grouped_query_sdpa)
 
 
 def group_sizes(input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[int]:
@@ -139,9 +146,6 @@ def new_token_budget(model: Any, kwargs: dict[str, Any]) -> int | None:
     return None
 
 
-FOLDED = "course_folded"  # the name of the temporary layer each folded or stacked LoRA layer computes through
-
-
 def lora_layers(model: Any) -> list[Any]:
     """The model's LoRA layers that have an active adapter (none for a model without adapters)."""
     from peft.tuners.lora import LoraLayer
@@ -171,116 +175,92 @@ def plain_lora(layer: Any) -> bool:
     return True
 
 
-def foldable(layer: Any) -> bool:
-    """Whether a plain LoRA layer's adapters can be added into a copy of its weight: fp32 weights only.
-
-    Added into bf16 weights (about 3 significant digits), an early, small update would round away, and an fp32
-    copy streams twice their bytes at every token. bf16 layers are stacked instead (:func:`stacked_linear`).
-    """
-    return plain_lora(layer) and layer.get_base_layer().weight.dtype == torch.float32
-
-
-def folded_linear(layer: Any) -> torch.nn.Linear:
-    """An ``nn.Linear`` holding ``W + scaling * B @ A`` for the layer's active adapters, from their current values."""
-    base = layer.get_base_layer()
-    weight = base.weight.detach().clone()
-    for name in layer.active_adapters:
-        weight.addmm_(layer.lora_B[name].weight, layer.lora_A[name].weight, alpha=layer.scaling[name])
-    return _frozen_linear(weight, base.bias)
+def adapter_products(layer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each active adapter's ``A.T`` and ``scaling * B.T`` in fp32, contiguous, from their current values."""
+    return [
+        (
+            layer.lora_A[name].weight.detach().float().t().contiguous(),
+            (layer.lora_B[name].weight.detach().float() * layer.scaling[name]).t().contiguous(),
+        )
+        for name in layer.active_adapters
+    ]
 
 
-def stacked_linear(layer: Any) -> tuple[torch.nn.Linear, list[torch.Tensor]]:
-    """An ``nn.Linear`` holding ``W`` with each active adapter's ``A`` stacked under it, and each ``scaling * B.T``.
-
-    One product then gives the base output and every ``x @ A.T`` (in the base weight's dtype, as the trainer's
-    bf16 autocast computes them); each adapter then adds ``(x @ A.T) @ (scaling * B.T)`` in fp32, where a
-    product this small runs several times faster than in bf16.
-    """
-    base = layer.get_base_layer()
-    names = layer.active_adapters
-    downs = (layer.lora_A[name].weight.detach().to(base.weight.dtype) for name in names)
-    weight = torch.cat([base.weight.detach(), *downs])
-    bias = None
-    if base.bias is not None:
-        bias = torch.cat([base.bias.detach(), base.bias.new_zeros(weight.shape[0] - base.out_features)])
-    ups = [(layer.lora_B[name].weight.detach().float() * layer.scaling[name]).t().contiguous() for name in names]
-    return _frozen_linear(weight, bias), ups
-
-
-def _frozen_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
-    linear = torch.nn.utils.skip_init(
-        torch.nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device
-    )
-    linear.weight = torch.nn.Parameter(weight, requires_grad=False)
-    if bias is not None:
-        linear.bias = torch.nn.Parameter(bias.detach(), requires_grad=False)
-    return linear
-
-
-def _through_folded(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    if torch.is_autocast_enabled(x.device.type):  # autocast would compute the copy in bf16: LoRA as usual
+def _base_plus_adapters(
+    layer: Any, products: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, *args: Any, **kwargs: Any
+) -> torch.Tensor:
+    if torch.is_autocast_enabled(x.device.type):  # the trainer's autocast: LoRA as PEFT computes it there
         return type(layer).forward(layer, x, *args, **kwargs)
-    return layer._modules[FOLDED](x)
+    base_output = layer.get_base_layer()(x)
+    rows = x.reshape(-1, x.shape[-1]).float()
+    total = base_output.reshape(-1, base_output.shape[-1]).float()
+    for down, up in products:
+        total = torch.addmm(total, rows @ down, up)
+    return total.to(base_output.dtype).view(base_output.shape)
 
 
-def _through_stacked(layer: Any, ups: list[torch.Tensor], x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    if torch.is_autocast_enabled(x.device.type):
-        return type(layer).forward(layer, x, *args, **kwargs)
-    both = layer._modules[FOLDED](x)
-    result, start = both[..., : layer.out_features], layer.out_features
-    for up in ups:
-        result = result + both[..., start : start + up.shape[0]].float() @ up
-        start += up.shape[0]
-    return result.to(both.dtype)
-
-
-def idle_while_folded(layer: Any) -> list[torch.nn.Module]:
-    """The modules a folded or stacked layer's copy stands in for: its base layer and its active adapters' A and B."""
+def adapter_modules(layer: Any) -> list[torch.nn.Module]:
+    """A LoRA layer's active adapters' A and B modules."""
     names = layer.active_adapters
-    return [layer.get_base_layer(), *(layer.lora_A[n] for n in names), *(layer.lora_B[n] for n in names)]
+    return [*(layer.lora_A[n] for n in names), *(layer.lora_B[n] for n in names)]
 
 
 @contextmanager
-def adapters_folded_in(model: Any) -> Iterator[list[torch.nn.Module]]:
-    """Inside: each plain LoRA layer computes its base product and adapters in one product (plus B's small one).
+def adapters_beside_the_base(model: Any) -> Iterator[list[torch.nn.Module]]:
+    """Inside: each plain LoRA layer adds its adapters to its base layer's output in two small fp32 products each.
 
-    fp32 layers compute through :func:`folded_linear`, bf16 layers through :func:`stacked_linear`. Yields the
-    layers that stay idle until exit (:func:`idle_while_folded`). The trained weights and adapters are never
-    written to; the copies are registered as submodules for the length of the call (so :func:`packed_linears`
-    packs them too), then dropped. Other layers, and any call under autocast (which would compute an fp32 copy
-    in bf16), run their adapters as usual.
+    ``base(x) + (x @ A.T) @ (scaling * B.T)``, the second product fused with the sum (``addmm``): what PEFT
+    computes without autocast, in 2 ops per adapter instead of PEFT's 5 module calls and ops. The base layer
+    stays a plain ``nn.Linear``, so :func:`packed_linears` packs it, and, its weight frozen, a training run keeps
+    that pack (:class:`KeptPacks`): nothing as large as a weight is copied per call. Yields the adapters'
+    modules, idle until exit. Other layers, and any call under autocast, run their adapters as usual.
     """
     layers = [layer for layer in lora_layers(model) if plain_lora(layer)]
     try:
         with torch.no_grad():
             for layer in layers:
-                if foldable(layer):
-                    layer.add_module(FOLDED, folded_linear(layer))
-                    layer.forward = partial(_through_folded, layer)
-                else:
-                    stacked, ups = stacked_linear(layer)
-                    layer.add_module(FOLDED, stacked)
-                    layer.forward = partial(_through_stacked, layer, ups)
-        yield [idle for layer in layers for idle in idle_while_folded(layer)]
+                layer.forward = partial(_base_plus_adapters, layer, adapter_products(layer))
+        yield [module for layer in layers for module in adapter_modules(layer)]
     finally:
         for layer in layers:
             layer.__dict__.pop("forward", None)
-            layer._modules.pop(FOLDED, None)
+
+
+SAMPLING_BLOCK = 256  # entries per block of the vocabulary in the two-step draw
+
+
+def _blocks_and_totals(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``probs`` (rows, vocabulary) as (rows, blocks, SAMPLING_BLOCK), zero-padded, and each block's total."""
+    rows, vocabulary = probs.shape
+    padding = -vocabulary % SAMPLING_BLOCK
+    blocks = (torch.nn.functional.pad(probs, (0, padding)) if padding else probs).reshape(rows, -1, SAMPLING_BLOCK)
+    accumulate = torch.float64 if probs.dtype == torch.float64 else torch.float32  # 256 entries: fp32 holds the sum
+    return blocks, blocks.sum(-1, dtype=accumulate).double()
+
+
+def _draw_from_running_sum(running: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """For each row, the first index whose running sum passes a uniform number times the row's total."""
+    totals = running[:, -1:]
+    drawn = torch.rand(totals.shape, dtype=torch.float64, generator=generator, device=running.device) * totals
+    return torch.searchsorted(running, drawn, right=True).clamp_(max=running.shape[-1] - 1)
+
+
+def _draw_in_blocks(blocks: torch.Tensor, totals: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    block = _draw_from_running_sum(totals.cumsum(-1), generator)
+    chosen = blocks[torch.arange(blocks.shape[0], device=blocks.device), block.squeeze(1)]
+    return block * SAMPLING_BLOCK + _draw_from_running_sum(chosen.double().cumsum(-1), generator)
 
 
 def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One index per row of ``probs`` (rows, vocabulary), drawn with probability proportional to each entry.
 
-    A uniform number per row, scaled to the row's total, is located in the running sum: an entry of
-    probability 0 is never drawn. The running sum is kept in float64, so rounding cannot shift the draw.
+    Two draws by inverse CDF, one uniform number each: a block of ``SAMPLING_BLOCK`` entries in proportion to
+    its total, then an entry of that block in proportion to its probability. P(block) x P(entry | block) is the
+    entry's share of the row, so the distribution is that of one draw over the whole row, and the running sums
+    cover the block totals and one block rather than the whole vocabulary. Running sums are kept in float64;
+    an entry (or block) of probability 0 is never drawn.
     """
-    return _draw_from_running_sum(probs.double().cumsum(-1), generator)
-
-
-def _draw_from_running_sum(running: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    totals = running[:, -1:]
-    drawn = torch.rand(totals.shape, dtype=torch.float64, generator=generator, device=running.device) * totals
-    return torch.searchsorted(running, drawn, right=True).clamp_(max=running.shape[-1] - 1)
+    return _draw_in_blocks(*_blocks_and_totals(probs), generator)
 
 
 @contextmanager
@@ -289,8 +269,8 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
 
     transformers samples each new token with ``torch.multinomial``, whose CPU kernel draws an exponential number
     for every vocabulary entry (most of a millisecond per row for 49,152 entries). Other calls (several samples,
-    bad probabilities, another device) go to ``torch.multinomial`` itself, errors included. The running sum
-    drawn from also checks the rows, so the vocabulary is read twice per token, not four times.
+    bad probabilities, another device) go to ``torch.multinomial`` itself, errors included. The block totals
+    drawn from also check the rows, so the vocabulary is read twice per token.
     """
     multinomial = torch.multinomial
 
@@ -303,11 +283,11 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         one_cpu_draw_per_row = num_samples == 1 and probs.dim() == 2 and probs.device.type == "cpu" and out is None
-        if one_cpu_draw_per_row and probs.shape[-1] > 0 and bool((probs >= 0).all()):  # NaN and negatives fail
-            running = probs.double().cumsum(-1)
-            totals = running[:, -1]  # finite and positive in every row: what torch.multinomial accepts
-            if bool(torch.isfinite(totals).all() and (totals > 0).all()):
-                return _draw_from_running_sum(running, generator)
+        if one_cpu_draw_per_row and probs.numel() > 0 and bool(probs.min() >= 0):  # NaN and negatives fail
+            blocks, totals = _blocks_and_totals(probs)
+            row_totals = totals.sum(-1)  # finite and positive in every row: what torch.multinomial accepts
+            if bool(torch.isfinite(row_totals).all() and (row_totals > 0).all()):
+                return _draw_in_blocks(blocks, totals, generator)
         return multinomial(probs, num_samples, replacement, generator=generator, out=out)
 
     torch.multinomial = draw
@@ -317,22 +297,86 @@ def sampling_by_inverse_cdf() -> Iterator[None]:
         torch.multinomial = multinomial
 
 
+def grouped_query_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA attention, with a single new token's query heads stacked as rows of their key/value head.
+
+    For one query token and no mask, transformers passes SDPA every query head with ``enable_gqa``; torch's CPU
+    kernel then runs about 2-3x slower than on the same queries stacked per key/value head (what transformers
+    itself does when there is a mask). Everything else goes to transformers' ``sdpa_attention_forward``.
+    """
+    groups = getattr(module, "num_key_value_groups", 1)
+    shared_mask = attention_mask is None or attention_mask.shape[1] == 1
+    plain = not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+    if query.shape[2] != 1 or groups == 1 or not shared_mask or not plain or kwargs.get("output_attentions"):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    batch, heads, _, dim = query.shape
+    stacked = query.reshape(batch, heads // groups, groups, dim)
+    output = F.scaled_dot_product_attention(stacked, key, value, attn_mask=attention_mask, scale=scaling)
+    return output.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(GROUPED_SDPA, grouped_query_sdpa)
+AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+
+
+@contextmanager
+def grouped_query_decoding(model: Any) -> Iterator[None]:
+    """Inside: a model that attends through SDPA attends through :func:`grouped_query_sdpa`; others as before."""
+    generating = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(generating, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(generating, "set_attn_implementation"):
+        yield
+        return
+    generating.set_attn_implementation(GROUPED_SDPA)
+    try:
+        yield
+    finally:
+        generating.set_attn_implementation("sdpa")
+
+
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
-    """``generate(**kwargs)`` with the adapters folded in, each group's prompt read once, the weights packed.
+    """``generate(**kwargs)`` with each group's prompt read once, the weights packed, the adapters beside them.
 
     It runs in ``torch.inference_mode``, which skips autograd's bookkeeping on every op (``no_grad`` still does
     some), and returns normal tensors: the trainer computes gradients through the completions' token ids.
+    While a training run keeps packs on the model (:func:`keeping_frozen_packs`), frozen layers reuse theirs.
     """
     input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    with torch.inference_mode(), adapters_folded_in(model) as idle:
+    with torch.inference_mode(), adapters_beside_the_base(model) as idle, grouped_query_decoding(model):
         if input_ids is not None and attention_mask is not None and not {"cache", "past_key_values"} & kwargs.keys():
             cache = shared_prompt_cache(model, input_ids, attention_mask)
             if cache is not None:
                 kwargs["cache"] = with_room(cache, 1 + (new_token_budget(model, kwargs) or input_ids.shape[1]))
         rows = input_ids.shape[0] if input_ids is not None else 1
-        with packed_linears(model, rows, skip=idle), sampling_by_inverse_cdf():
+        kept = getattr(model, KEPT_PACKS, None)
+        with packed_linears(model, rows, skip=idle, keep=kept), sampling_by_inverse_cdf():
             output = generate(**kwargs)
     return normal_tensors(output)
+
+
+@contextmanager
+def keeping_frozen_packs(model: Any) -> Iterator[KeptPacks]:
+    """Inside: the model's ``generate`` keeps its frozen layers' packed copies between calls (:class:`KeptPacks`).
+
+    For a training run (or a benchmark of one), where the base weights do not change. Each use starts with no
+    packs and drops them on exit.
+    """
+    before, kept = getattr(model, KEPT_PACKS, None), KeptPacks()
+    setattr(model, KEPT_PACKS, kept)
+    try:
+        yield kept
+    finally:
+        kept.clear()
+        setattr(model, KEPT_PACKS, before)
 
 
 def normal_tensors(output: Any) -> Any:
@@ -366,10 +410,19 @@ def install(model: Any) -> Any:
 class GroupGeneration(TrainerCallback):
     """A ``GRPOTrainer`` callback: the trainer's model samples its groups through :func:`group_generate`.
 
-    Installed at ``on_train_begin``, when the trainer has wrapped the model in its adapters.
+    Installed at ``on_train_begin``, when the trainer has wrapped the model in its adapters; the frozen layers'
+    packs are kept from then until ``on_train_end`` (:func:`keeping_frozen_packs`).
     """
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
             raise ValueError("GroupGeneration needs the trainer's model; pass it in GRPOTrainer(callbacks=[...]).")
         install(model)
+        self._stack.close()  # a run that ended without on_train_end (interrupted) leaves no packs to the next
+        self._stack.enter_context(keeping_frozen_packs(model))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._stack.close()

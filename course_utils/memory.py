@@ -219,8 +219,10 @@ class MemoryEstimate:
     accumulates_gradients: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     vllm_gb: float = 0.0  # what a colocated vLLM reserves (its weights and KV cache) for generation
-    # group generation on a CPU: packed copies of the weights, and adapted copies of the LoRA layers, while sampling
+    # group generation on a CPU without LoRA: packed copies of the (trained) weights, while sampling
     generation_copies_gb: float = 0.0
+    # group generation on a CPU with LoRA: packed copies of the frozen weights, kept for the whole training run
+    kept_packs_gb: float = 0.0
     # freed memory the process keeps until the step ends (reuse_freed_memory): the training pass starts above it
     kept_after_generation_gb: float = 0.0
 
@@ -234,16 +236,17 @@ class MemoryEstimate:
     @property
     def total_gb(self) -> float:
         """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation
-        (its key/value cache, and on a CPU with group generation, the weights' packed and adapted copies). With
-        freed memory kept in the process until the step ends (``reuse_freed_memory``), those copies still take
-        their pages when the training pass starts: measured, the training pass does not reuse them.
+        (its key/value cache, and on a CPU with group generation of a model without LoRA, the weights' packed
+        copies). With freed memory kept in the process until the step ends (``reuse_freed_memory``), those copies
+        still take their pages when the training pass starts: measured, the training pass does not reuse them.
+        With LoRA the packed copies of the frozen weights stay for the whole run (``kept_packs_gb``).
 
         Gradients are freed after each optimizer step (``zero_grad`` sets them to None), so without
         gradient accumulation they never meet the activations: by the end of the backward pass, the
         activations are gone. Measured on the CPU (``measure_grpo_step_peak``, ci sizes): counting both at
         once put full fine-tuning 28% over the measured peak, the phases 9%.
         """
-        persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb + self.vllm_gb
+        persistent = self.weights_gb + self.reference_model_gb + self.optimizer_gb + self.vllm_gb + self.kept_packs_gb
         generation = self.kv_cache_gb + self.generation_copies_gb
         after_generation = self.kept_after_generation_gb + max(self.training_phase_gb, self.gradients_gb)
         return persistent + max(after_generation, generation) + self.overhead_gb
@@ -326,8 +329,8 @@ def estimate_memory(
     ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
     ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
     (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
-    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head, and
-    first copies each LoRA layer's weight with its adapters folded in or stacked (``course_utils.group_generation``).
+    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head
+    (``course_utils.group_generation``); with LoRA those weights are frozen and the run keeps their packs.
     ``reuse_freed_memory``: the process keeps what it frees until the step ends (``course_utils.cpu_allocator``).
     """
     if dtype not in BYTES_PER_DTYPE:
@@ -395,12 +398,13 @@ def estimate_memory(
     activations = tokens * per_token + embeddings_out * act_width + repeated_prompt_kv
     generation_batch = per_device_train_batch_size * steps_per_generation
     kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
-    generation_copies = 0.0
+    generation_copies = kept_packs = 0.0
     if group_generation and device == "cpu" and not load_in_4bit:
-        shapes = spec.module_shapes()
-        adapted = sum(a * b for name, (a, b) in shapes.items() if name in lora_target_modules) if use_lora else 0
-        head = spec.vocab_size * spec.hidden_size
-        generation_copies = (spec.linear_parameters + trained_layers * adapted + head) * width
+        packs = (spec.linear_parameters + spec.vocab_size * spec.hidden_size) * width
+        if use_lora:
+            kept_packs = packs  # the base weights are frozen: a training run keeps their packs between calls
+        else:
+            generation_copies = packs
     return MemoryEstimate(
         label=label or spec.name,
         parameters=params,
@@ -417,6 +421,7 @@ def estimate_memory(
         notes=tuple(notes),
         vllm_gb=float(vllm_reserved_gb),
         generation_copies_gb=generation_copies / GB,
+        kept_packs_gb=kept_packs / GB,
         kept_after_generation_gb=(generation_copies if reuse_freed_memory else 0.0) / GB,
     )
 

@@ -9,6 +9,10 @@ Which kernel streams fastest depends on the machine and the weight's shape (MKL 
 ``F.linear`` on another), so :func:`fastest_kernels` measures the candidates on the model's own weights, and keeps a
 candidate only if its output equals ``F.linear``'s. The choices are kept in the course's cache folder, per
 machine (CPU, kernels, torch, threads), so each notebook does not measure again.
+
+Packing takes time too (oneDNN's or MKL's reorder of the 113 MB output head is most of it). During a LoRA training
+run the base weights never change, so :class:`KeptPacks` keeps their packed copies from one ``generate`` call to the
+next, and only the weights that do change are packed again.
 """
 
 from __future__ import annotations
@@ -164,15 +168,52 @@ def fastest_kernels(
     return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
 
 
+class KeptPacks:
+    """Packed products of frozen layers, kept from one ``packed_linears`` call to the next.
+
+    For the length of a LoRA training run, where the optimizer never changes a frozen weight. A kept product is
+    packed again if its layer's weight is another tensor, was written in place through autograd's view of it
+    (its version counter moved), or is packed for another row count or kernel. Writes through ``weight.data``
+    move no counter, which is why packs are kept only while a trainer owns the model (see
+    ``course_utils.group_generation.GroupGeneration``).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[torch.nn.Linear, torch.Tensor, tuple[int, int, int, str], Product]] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @staticmethod
+    def keeps(layer: torch.nn.Linear) -> bool:
+        """Whether ``layer``'s pack may be kept: its weight is frozen (the optimizer does not change it)."""
+        return not layer.weight.requires_grad
+
+    def product(self, kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
+        """``pack(kernel, layer, rows)``, reused while the layer's weight is the same, unchanged tensor."""
+        weight = layer.weight
+        stamp = (weight.data_ptr(), weight._version, rows, kernel)
+        kept = self._kept.get(id(layer))
+        if kept is None or kept[0] is not layer or kept[1] is not weight or kept[2] != stamp:
+            kept = (layer, weight, stamp, pack(kernel, layer, rows))
+            self._kept[id(layer)] = kept
+        return kept[3]
+
+    def clear(self) -> None:
+        """Drop every kept product (and the memory its packed weight holds)."""
+        self._kept.clear()
+
+
 @contextmanager
 def packed_linears(
-    model: torch.nn.Module, rows: int, skip: Iterable[torch.nn.Module] = ()
+    model: torch.nn.Module, rows: int, skip: Iterable[torch.nn.Module] = (), keep: KeptPacks | None = None
 ) -> Iterator[dict[tuple[tuple[int, ...], torch.dtype], str]]:
     """Inside: the model's linear layers compute through their fastest packed kernel for ``rows`` rows.
 
     The weights are packed on entry, from their values at that moment: use it around one ``generate`` call,
     under ``torch.no_grad()`` (the packed products have no backward pass). Layers in ``skip`` (ones that will
-    not run) are left as they are. Yields the kernels chosen.
+    not run) are left as they are. With ``keep``, frozen layers reuse the packs kept there (:class:`KeptPacks`).
+    Yields the kernels chosen.
     """
     if rows < 1:
         raise ValueError(f"rows must be at least 1 (the rows of each decoding step), got {rows}")
@@ -184,8 +225,10 @@ def packed_linears(
     try:
         for layer in layers:
             kernel = chosen[tuple(layer.weight.shape), layer.weight.dtype]
-            if kernel != "linear":
-                layer.forward = pack(kernel, layer, rows)
+            if kernel == "linear":
+                continue
+            kept = keep is not None and keep.keeps(layer)
+            layer.forward = keep.product(kernel, layer, rows) if kept else pack(kernel, layer, rows)
         yield chosen
     finally:
         for layer in layers:

@@ -66,8 +66,8 @@ class Profile:
     # Keep big freed blocks in the process instead of returning them to the OS (course_utils.cpu_allocator):
     # TRL's CPU log-softmax allocates ~90 MB temporaries that would otherwise fault in page by page each time
     reuse_freed_memory: bool = False
-    # Sample each group with its prompt read once and, on fp32 weights, the adapters folded into the weights
-    # (course_utils.group_generation): the same policy, fewer passes over the weights on a CPU
+    # Sample each group with its prompt read once, the weights packed (their packs kept while training) and the
+    # adapters beside them (course_utils.group_generation): the same policy, faster passes over the weights on a CPU
     group_generation: bool = False
     # TRL's log-softmax scores the completion tokens only on a CPU too (course_utils.completion_scoring)
     score_completions_only: bool = False
@@ -150,13 +150,14 @@ PROFILES: dict[str, Profile] = {
         num_generations=2,
         per_device_train_batch_size=4,
         max_completion_length=24,
-        max_steps=3,
+        max_steps=2,  # two steps: the log history has a first and a last step, as every rule and plot needs
         learning_rate=1e-4,
         beta=0.04,
         logging_steps=1,
-        save_steps=3,  # one checkpoint, at the end: notebook 05's validation curve then evaluates two points
+        save_steps=2,  # one checkpoint, at the end: notebook 05's validation curve then evaluates two points
         train_size=32,
-        warm_start_examples=8,
+        warm_start_examples=4,  # one SFT step of two micro-batches: the warm start's code path, not its effect
+        warm_start_batch_size=4,
         warm_start_learning_rate=1e-3,
         lr_scheduler_type="constant",
         eval_size=8,

@@ -12,6 +12,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import DynamicLayer
 
 from course_utils import group_generation as gg
+from course_utils import packed_linear as pl
 from course_utils.models import build_tiny_random_model
 
 PAD = 0
@@ -123,6 +124,27 @@ def test_the_sampler_draws_each_entry_as_often_as_its_probability():
         assert counts[expected[row] == 0].sum() == 0, "an entry of probability 0 was drawn"
 
 
+def test_the_two_step_draw_over_many_blocks_draws_each_entry_as_often_as_its_probability():
+    """A vocabulary of 3 blocks and a part: empty blocks, a lone entry, entries spread over every block."""
+    vocabulary = 2 * gg.SAMPLING_BLOCK + gg.SAMPLING_BLOCK // 2 + 7
+    probs = torch.zeros(2, vocabulary)
+    probs[0, [3, gg.SAMPLING_BLOCK - 1, 2 * gg.SAMPLING_BLOCK + 5, vocabulary - 1]] = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    probs[1] = torch.rand(vocabulary, generator=torch.Generator().manual_seed(1))
+    probs[1, gg.SAMPLING_BLOCK : 2 * gg.SAMPLING_BLOCK] = 0.0  # the second block is empty
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([gg.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
+    assert draws.min() >= 0 and draws.max() < vocabulary
+    expected = (probs / probs.sum(-1, keepdim=True)).double()
+    counts = torch.stack([torch.bincount(row, minlength=vocabulary) for row in draws]).double() / draws.shape[1]
+    assert counts[expected == 0].sum() == 0, "an entry of probability 0 was drawn"
+    assert torch.allclose(counts[0], expected[0], atol=0.015)
+    blocks = -(-vocabulary // gg.SAMPLING_BLOCK)
+    padded = torch.nn.functional.pad(counts[1] - expected[1], (0, blocks * gg.SAMPLING_BLOCK - vocabulary))
+    assert padded.view(blocks, -1).sum(-1).abs().max() < 0.015, "each block drawn as often as its total"
+    by_half = padded.view(-1, gg.SAMPLING_BLOCK // 2).sum(-1)
+    assert by_half.abs().max() < 0.015, "within a block, each part drawn as often as its share"
+
+
 def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
     probs, multinomial = torch.tensor([[0.1, 0.9], [0.7, 0.3]]), torch.multinomial
     with gg.sampling_by_inverse_cdf():
@@ -138,6 +160,7 @@ def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
             torch.multinomial(torch.tensor([[0.0, 0.0]]), 1)
         with pytest.raises(RuntimeError):
             torch.multinomial(torch.zeros(1, 0), 1)  # an empty vocabulary
+        assert torch.multinomial(torch.zeros(0, 3), 1).shape == (0, 1)  # no rows: torch's own answer
     assert torch.multinomial is multinomial, "torch.multinomial is put back on exit"
 
 
@@ -213,64 +236,48 @@ def test_a_small_adapter_update_reaches_the_sampler(dtype):
     assert sampler_gap < 0.75 * base_gap, f"the sampler misses the update: {sampler_gap:.1e} vs base {base_gap:.1e}"
 
 
-def stood_in_for(layers):
-    """Each layer's base and its adapters' A and B: what a folded copy replaces while generating."""
-    return [m for layer in layers for m in (layer.get_base_layer(), *layer.lora_A.values(), *layer.lora_B.values())]
+def adapters_of(layers):
+    """Each layer's adapters' A and B: what runs beside the base layer while generating."""
+    return [m for layer in layers for m in (*layer.lora_A.values(), *layer.lora_B.values())]
 
 
-def test_lora_layers_fold_into_copies_that_leave_the_model_as_it_was():
-    model = lora_model()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adapters_run_beside_the_base_as_peft_computes_them_and_the_model_is_restored(dtype):
+    """fp32 adapters added to the base output: PEFT's own output without autocast (a bf16 base to bf16 rounding)."""
+    model = lora_model(dtype)
     layers = gg.lora_layers(model)
-    assert layers and all(gg.foldable(layer) for layer in layers)
-    x = torch.randn(3, layers[0].in_features)
+    assert layers and all(gg.plain_lora(layer) for layer in layers)
+    assert layers[0].lora_A["default"].weight.dtype == torch.float32, "peft keeps the adapters in fp32"
+    x = torch.randn(2, 3, layers[0].in_features, generator=torch.Generator().manual_seed(0)).to(dtype)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     with torch.no_grad():
-        expected = layers[0](x)
-        with gg.adapters_folded_in(model) as idle:
-            assert idle == stood_in_for(layers)
-            got = layers[0](x)
-    assert torch.allclose(got, expected, atol=1e-5)
-    assert all(gg.FOLDED not in layer._modules and "forward" not in layer.__dict__ for layer in layers)
+        expected = [layer(x) for layer in layers[:2]]
+        base = layers[0].get_base_layer()(x)
+        with gg.adapters_beside_the_base(model) as idle:
+            assert idle == adapters_of(layers)
+            got = [layer(x) for layer in layers[:2]]
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == dtype and g.shape == e.shape
+        assert torch.allclose(g.float(), e.float(), atol=tolerance, rtol=tolerance), (g.float() - e.float()).abs().max()
+    assert (got[0].float() - base.float()).abs().max() > 0.1, "the adapters change the output"
+    assert all("forward" not in layer.__dict__ for layer in layers)
 
 
-def test_layers_that_cannot_fold_run_their_adapters_as_usual():
+def test_layers_that_are_not_plain_lora_run_their_adapters_as_usual():
     model = lora_model()
     quantized, dropping, disabled, biased = gg.lora_layers(model)[:4]
     quantized.get_base_layer().weight.data = quantized.get_base_layer().weight.data.to(torch.int8)
     dropping.lora_dropout["default"] = torch.nn.Dropout(0.1).train()
     disabled.enable_adapters(False)
     biased.lora_B["default"].bias = torch.nn.Parameter(torch.ones(biased.out_features))
-    assert not any(gg.foldable(layer) for layer in (quantized, dropping, disabled, biased))
     assert not any(gg.plain_lora(layer) for layer in (quantized, dropping, disabled, biased))
-    assert not any(gg.foldable(layer) for layer in gg.lora_layers(lora_model(torch.bfloat16)))
-    with gg.adapters_folded_in(model) as idle:
-        unfolded = {id(layer.get_base_layer()) for layer in (quantized, dropping, disabled, biased)}
-        assert not unfolded & set(map(id, idle))
-        assert gg.FOLDED not in dropping._modules
+    with gg.adapters_beside_the_base(model) as idle:
+        unchanged = (quantized, dropping, disabled, biased)
+        assert not {id(m) for layer in unchanged for m in gg.adapter_modules(layer)} & set(map(id, idle))
+        assert all("forward" not in layer.__dict__ for layer in unchanged)
 
 
-def test_bf16_lora_layers_compute_base_and_adapters_in_one_stacked_product():
-    """bf16 weights keep their adapters, computed in bf16 as the trainer's autocast computes them."""
-    model = lora_model(torch.bfloat16)
-    layers = gg.lora_layers(model)
-    assert all(gg.plain_lora(layer) and not gg.foldable(layer) for layer in layers)
-    assert layers[0].lora_A["default"].weight.dtype == torch.float32, "peft keeps the adapters in fp32"
-    layer = layers[0]
-    x = torch.randn(3, layer.in_features, generator=torch.Generator().manual_seed(0)).bfloat16()
-    with torch.no_grad():
-        base = layer.get_base_layer()(x)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            trained = layer(x)
-        with gg.adapters_folded_in(model) as idle:
-            assert idle == stood_in_for(layers)
-            assert layer._modules[gg.FOLDED].weight.shape == (layer.out_features + 4, layer.in_features)
-            got = layer(x)
-    assert got.dtype == torch.bfloat16 and got.shape == trained.shape
-    assert (got.float() - base.float()).abs().max() > 0.1, "the adapters change the output"
-    assert torch.allclose(got.float(), trained.float(), atol=2e-2, rtol=2e-2), (got - trained).abs().max()
-    assert "forward" not in layer.__dict__ and gg.FOLDED not in layer._modules
-
-
-def test_a_stacked_layer_keeps_the_base_bias_and_adds_every_active_adapter():
+def test_a_layer_keeps_its_base_bias_and_adds_every_active_adapter():
     base = torch.nn.Linear(8, 6).bfloat16()
     wrapper = torch.nn.Sequential(base)
     config = LoraConfig(r=2, target_modules=["0"], lora_dropout=0.0, init_lora_weights=False)
@@ -284,22 +291,126 @@ def test_a_stacked_layer_keeps_the_base_bias_and_adds_every_active_adapter():
             (x.float() @ layer.lora_A[n].weight.float().t()) @ layer.lora_B[n].weight.float().t() * layer.scaling[n]
             for n in ("default", "second")
         )
-        with gg.adapters_folded_in(model):
-            assert layer._modules[gg.FOLDED].weight.shape == (6 + 2 + 3, 8)
+        with gg.adapters_beside_the_base(model) as idle:
+            assert len(idle) == 4, "two adapters, each with A and B"
             got = layer(x)
     assert torch.allclose(got.float(), exact, atol=5e-2, rtol=2e-2), (got.float() - exact).abs().max()
 
 
-def test_under_autocast_a_folded_layer_computes_as_peft_does():
-    """Autocast would run the fp32 copy in bf16 and round the update away: the adapters run instead."""
+def test_under_autocast_a_layer_computes_as_peft_does():
+    """Under the trainer's autocast the adapters run as PEFT runs them there."""
     model = lora_model()
     layer = gg.lora_layers(model)[0]
     x = torch.randn(3, layer.in_features)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = layer(x)
-        with gg.adapters_folded_in(model):
+        with gg.adapters_beside_the_base(model):
             got = layer(x)
     assert torch.equal(got, expected)
+
+
+def attention_inputs(rows: int, kv_heads: int, groups: int, tokens: int, queries: int = 1):
+    generator = torch.Generator().manual_seed(rows + tokens)
+    query = torch.randn(rows, kv_heads * groups, queries, 8, generator=generator)
+    key = torch.randn(rows, kv_heads, tokens + 4, 8, generator=generator)[:, :, :tokens]  # a view, as in the cache
+    value = torch.randn(rows, kv_heads, tokens + 4, 8, generator=generator)[:, :, :tokens]
+    return query, key, value
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, groups: int) -> None:
+        super().__init__()
+        self.num_key_value_groups, self.is_causal = groups, True
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("groups", [1, 3])
+def test_grouped_query_attention_equals_transformers_sdpa_for_one_new_token(masked, groups):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    query, key, value = attention_inputs(rows=4, kv_heads=2, groups=groups, tokens=7)
+    mask = None
+    if masked:  # the first row's first two positions are padding
+        mask = torch.ones(4, 1, 1, 7, dtype=torch.bool)
+        mask[0, ..., :2] = False
+    expected, _ = sdpa_attention_forward(Attention(groups), query, key, value, mask, scaling=0.3)
+    got, weights = gg.grouped_query_sdpa(Attention(groups), query, key, value, mask, scaling=0.3)
+    assert weights is None and got.shape == expected.shape == (4, 1, 2 * groups, 8)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_grouped_query_attention_leaves_a_prompt_to_transformers(monkeypatch):
+    """Several query tokens (the prompt) go to transformers' own sdpa attention, unchanged."""
+    query, key, value = attention_inputs(rows=2, kv_heads=2, groups=3, tokens=5, queries=5)
+    calls = []
+    monkeypatch.setattr(gg, "sdpa_attention_forward", lambda *args, **kwargs: calls.append(args) or ("theirs", None))
+    assert gg.grouped_query_sdpa(Attention(3), query, key, value, None, scaling=0.3) == ("theirs", None)
+    assert len(calls) == 1
+
+
+def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa(monkeypatch):
+    model = gg.install(lora_model())
+    base = model.get_base_model()
+    assert base.config._attn_implementation == "sdpa"
+    seen = []
+    real = gg.grouped_query_sdpa
+    monkeypatch.setattr(gg, "grouped_query_sdpa", real)  # restored after the test
+    gg.AttentionInterface.register(gg.GROUPED_SDPA, lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
+    try:
+        generate(model, grouped_prompts(), do_sample=False)
+    finally:
+        gg.AttentionInterface.register(gg.GROUPED_SDPA, real)
+    assert 1 in seen, "one new token at a time went through the grouped attention"
+    assert base.config._attn_implementation == "sdpa"
+
+
+def test_a_model_on_another_attention_is_left_on_it():
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).eval()
+    model.set_attn_implementation("eager")
+    with gg.grouped_query_decoding(model):
+        assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "eager"
+
+
+def every_layer_packed(monkeypatch):
+    """Every layer computes through oneDNN's packed kernel, whatever this machine measures fastest."""
+    monkeypatch.setattr(pl, "fastest_kernels", lambda layers, rows: {
+        (tuple(layer.weight.shape), layer.weight.dtype): "mkldnn" for layer in layers
+    })
+
+
+def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(monkeypatch):
+    every_layer_packed(monkeypatch)
+    model = lora_model()
+    callback = gg.GroupGeneration()
+    callback.on_train_begin(None, None, None, model=model)
+    kept = getattr(model, gg.KEPT_PACKS)
+    inputs = grouped_prompts()
+    first = generate(model, inputs, do_sample=False)
+    frozen = [layer for layer in pl.packable_layers(model) if not layer.weight.requires_grad]
+    assert len(kept) == len(frozen) > 0, "every frozen linear layer's pack is kept, no adapter's"
+    products = dict(kept._kept)
+    assert torch.equal(generate(model, inputs, do_sample=False), first)
+    assert all(kept._kept[key][3] is products[key][3] for key in products), "the second call packs nothing again"
+    callback.on_train_end(None, None, None)
+    assert len(kept) == 0 and getattr(model, gg.KEPT_PACKS) is None
+
+
+def test_a_changed_adapter_reaches_generation_while_the_base_packs_are_kept(monkeypatch):
+    every_layer_packed(monkeypatch)
+    inputs = grouped_prompts()
+    model = gg.install(lora_model())
+    with gg.keeping_frozen_packs(model):
+        before = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:
+                    parameter.mul_(-1.0)  # what an optimizer step does: the adapters change, the base does not
+        after = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        expected = model(**inputs).logits[:, -1]
+    assert not torch.allclose(before.logits[0], after.logits[0])
+    assert torch.allclose(after.logits[0], expected, atol=1e-4)
 
 
 def random_states(tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

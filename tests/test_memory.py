@@ -170,27 +170,31 @@ def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_p
     assert estimate_for_profile("cpu").activations_gb < estimate_for_profile(unshared).activations_gb
 
 
-def test_group_generation_counts_packed_and_adapted_weight_copies_and_what_the_heap_keeps():
-    settings = {"device": "cpu", "dtype": "float32", "use_lora": True, "lora_top_layers": 12}
+def test_group_generation_counts_the_packed_weight_copies_and_what_the_heap_keeps():
+    settings = {"device": "cpu", "dtype": "float32"}
     spec, targets = QWEN25_05B, ("q_proj", "v_proj")
-    plain = estimate_memory(spec, lora_target_modules=targets, **settings)
-    grouped = estimate_memory(spec, lora_target_modules=targets, group_generation=True, **settings)
-    shapes = spec.module_shapes()
-    adapted = 12 * sum(shapes[name][0] * shapes[name][1] for name in targets)
-    head = spec.vocab_size * spec.hidden_size
-    assert grouped.generation_copies_gb * GB == pytest.approx(4 * (spec.linear_parameters + adapted + head))
-    assert plain.generation_copies_gb == 0 and plain.kept_after_generation_gb == 0
-    assert grouped.total_gb == pytest.approx(
-        plain.total_gb - max(plain.training_phase_gb, plain.kv_cache_gb)
-        + max(plain.training_phase_gb, plain.kv_cache_gb + grouped.generation_copies_gb)
+    packs = 4 * (spec.linear_parameters + spec.vocab_size * spec.hidden_size)
+    lora = {"use_lora": True, "lora_top_layers": 12, "lora_target_modules": targets}
+    plain = estimate_memory(spec, **lora, **settings)
+    grouped = estimate_memory(spec, group_generation=True, **lora, **settings)
+    assert grouped.kept_packs_gb * GB == pytest.approx(packs), "LoRA: the frozen weights' packs stay for the run"
+    assert grouped.generation_copies_gb == 0 and plain.kept_packs_gb == plain.generation_copies_gb == 0
+    assert grouped.total_gb == pytest.approx(plain.total_gb + packs / GB)
+    kept = estimate_memory(spec, group_generation=True, reuse_freed_memory=True, **lora, **settings)
+    assert kept.kept_after_generation_gb == 0 and kept.total_gb == pytest.approx(grouped.total_gb)
+
+    full = estimate_memory(spec, use_lora=False, **settings)
+    sampled = estimate_memory(spec, use_lora=False, group_generation=True, **settings)
+    assert sampled.kept_packs_gb == 0 and sampled.generation_copies_gb * GB == pytest.approx(packs)
+    assert sampled.total_gb == pytest.approx(
+        full.total_gb - max(full.training_phase_gb, full.gradients_gb, full.kv_cache_gb)
+        + max(full.training_phase_gb, full.gradients_gb, full.kv_cache_gb + packs / GB)
     )
-    kept = estimate_memory(
-        spec, lora_target_modules=targets, group_generation=True, reuse_freed_memory=True, **settings
-    )
-    assert kept.kept_after_generation_gb == grouped.generation_copies_gb
-    assert kept.total_gb == pytest.approx(plain.total_gb + grouped.generation_copies_gb), "training starts above them"
+    heap = estimate_memory(spec, use_lora=False, group_generation=True, reuse_freed_memory=True, **settings)
+    assert heap.kept_after_generation_gb == sampled.generation_copies_gb
+    assert heap.total_gb == pytest.approx(full.total_gb + packs / GB), "training starts above them"
     on_gpu = estimate_memory(spec, device="cuda", use_lora=True, group_generation=True, reuse_freed_memory=True)
-    assert on_gpu.generation_copies_gb == on_gpu.kept_after_generation_gb == 0, "a CPU-only path"
+    assert on_gpu.generation_copies_gb == on_gpu.kept_packs_gb == on_gpu.kept_after_generation_gb == 0, "CPU only"
 
 
 def test_memory_table_covers_the_course_hardware():

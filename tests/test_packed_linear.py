@@ -161,3 +161,50 @@ def test_the_machine_key_names_the_cpu_kernels_torch_and_threads(monkeypatch):
     key = pl.machine_key()
     assert cpu_model_name() in key and "ATEN_CPU_CAPABILITY=avx2" in key
     assert torch.__version__ in key and f"{torch.get_num_threads()} threads" in key
+
+
+def test_kept_packs_are_reused_until_the_weight_or_the_rows_change():
+    layer, x = linear(torch.float32), torch.randn(3, 32)
+    layer.weight.requires_grad_(False)
+    kept = pl.KeptPacks()
+    first = kept.product("mkldnn", layer, rows=3)
+    assert kept.product("mkldnn", layer, rows=3) is first and len(kept) == 1
+    assert kept.product("mkldnn", layer, rows=5) is not first, "another row count is packed again"
+    current = kept.product("mkldnn", layer, rows=3)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)  # written in place: the version counter moves
+    doubled = kept.product("mkldnn", layer, rows=3)
+    assert doubled is not current
+    assert pl._same_product(doubled(x), F.linear(x, layer.weight, layer.bias))
+    layer.weight = torch.nn.Parameter(torch.randn(48, 32), requires_grad=False)  # another tensor
+    replaced = kept.product("mkldnn", layer, rows=3)
+    assert replaced is not doubled and pl._same_product(replaced(x), F.linear(x, layer.weight, layer.bias))
+    kept.clear()
+    assert len(kept) == 0
+
+
+def test_only_frozen_layers_keep_their_packs():
+    trained, frozen = linear(torch.float32), linear(torch.float32)
+    frozen.weight.requires_grad_(False)
+    assert pl.KeptPacks.keeps(frozen) and not pl.KeptPacks.keeps(trained)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_model_computes_the_same_logits_with_kept_packs(dtype, monkeypatch):
+    """Each layer through a kernel that runs here (oneDNN's bf16 kernels need native bf16 on some builds)."""
+    layer = linear(dtype)
+    kernel = next(k for k in ("mkldnn", "mkl", "linear") if pl._seconds_for_one_pass(k, [layer], rows=4) is not None)
+    monkeypatch.setattr(pl, "fastest_kernels", lambda layers, rows: {
+        (tuple(layer.weight.shape), layer.weight.dtype): kernel for layer in layers
+    })
+    model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).to(dtype).eval()
+    model.requires_grad_(False)
+    ids = torch.randint(1, 128, (4, 6))
+    kept = pl.KeptPacks()
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        for _ in range(2):
+            with pl.packed_linears(model, rows=4, keep=kept):
+                packed = model(input_ids=ids).logits
+            assert pl._same_product(packed, expected)
+    assert len(kept) == (0 if kernel == "linear" else len(pl.packable_layers(model)))
