@@ -280,12 +280,15 @@ def plot_memory_breakdown(table: Any, available_gb: float | None = None, title: 
     """Stacked bars of the memory estimate's parts, one bar per row of ``memory.what_if_table``.
 
     The larger of the training phase (activations plus the output head's log-softmax workspace) and the
-    KV cache is drawn (they are not needed at the same time), and a
+    KV cache is drawn (they are not needed at the same time), the packed weights a CPU LoRA run keeps where
+    there are any, and a
     dashed line marks the memory the GPU offers, so each fix shows which part it shrinks.
     """
     import numpy as np
 
     parts = ["weights_gb", "reference_model_gb", "gradients_gb", "optimizer_gb", "overhead_gb"]
+    if "kept_packs_gb" in table and (table["kept_packs_gb"] > 0).any():  # a CPU LoRA run's packed weights
+        parts.insert(-1, "kept_packs_gb")
     labels = [str(i) for i in table.index]
     fig, ax = plt.subplots(figsize=(8, 3.6))
     bottom = np.zeros(len(table))

@@ -71,6 +71,16 @@ def test_memory_breakdown_stacks_parts_to_the_total():
     assert top == pytest.approx(5.0)  # 3.0 of states + the larger of activations (2.0) and KV cache (1.0)
 
 
+def test_memory_breakdown_stacks_the_kept_packs_where_there_are_any():
+    parts = {"weights_gb": [1.0, 1.0], "reference_model_gb": [0.0, 0.0], "gradients_gb": [0.5, 0.5],
+             "optimizer_gb": [1.0, 1.0], "overhead_gb": [0.5, 0.5], "kept_packs_gb": [0.0, 0.75],
+             "activations_gb": [2.0, 2.0], "kv_cache_gb": [1.0, 1.0]}  # fmt: skip
+    fig = plotting.plot_memory_breakdown(pd.DataFrame(parts, index=["gpu", "cpu"]))
+    tops = sorted(bar.get_y() + bar.get_height() for bar in fig.axes[0].patches)
+    assert tops[-2:] == pytest.approx([5.0, 5.75]), "the cpu run's bar is taller by its packs"
+    assert "kept packs" in [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+
+
 def test_figures_render_headless():
     fig = plotting.plot_k3_kl([0.0, 1.0], [0.0, 0.7])
     fig.canvas.draw()
