@@ -18,10 +18,12 @@ Timings depend on what else runs on the machine: ``machine_load_average`` is pri
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -81,7 +83,8 @@ def main() -> None:
     steps, generate = StepTimer(), GenerateTimer()
     load_before = os.getloadavg()[0]
     started, cpu_started = time.perf_counter(), time.process_time()
-    result = lab.run_training(profile, callbacks=[steps], before_train=generate.attach)
+    with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
+        result = lab.run_training(profile, callbacks=[steps], before_train=generate.attach)
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
     logs = monitoring.training_logs(result.trainer.state.log_history)
