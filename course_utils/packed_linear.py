@@ -193,8 +193,8 @@ class KeptPacks:
         """``pack(kernel, layer, rows)``, reused while the layer's weight is the same, unchanged tensor."""
         weight = layer.weight
         stamp = (weight.data_ptr(), weight._version, rows, kernel)
-        kept = self._kept.get(id(layer))
-        if kept is None or kept[0] is not layer or kept[1] is not weight or kept[2] != stamp:
+        kept = self._kept.get(id(layer))  # the entry holds the layer, so its id names no other layer meanwhile
+        if kept is None or kept[1] is not weight or kept[2] != stamp:
             kept = (layer, weight, stamp, pack(kernel, layer, rows))
             self._kept[id(layer)] = kept
         return kept[3]

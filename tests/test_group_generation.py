@@ -348,13 +348,12 @@ def test_grouped_query_attention_leaves_a_prompt_to_transformers(monkeypatch):
     assert len(calls) == 1
 
 
-def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa(monkeypatch):
+def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa():
     model = gg.install(lora_model())
     base = model.get_base_model()
     assert base.config._attn_implementation == "sdpa"
     seen = []
     real = gg.grouped_query_sdpa
-    monkeypatch.setattr(gg, "grouped_query_sdpa", real)  # restored after the test
     gg.AttentionInterface.register(gg.GROUPED_SDPA, lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
     try:
         generate(model, grouped_prompts(), do_sample=False)
