@@ -31,7 +31,7 @@ import torch
 from peft import get_peft_model
 
 from course_utils.data import load_gsm8k
-from course_utils.group_generation import adapter_modules, install, keeping_frozen_packs, lora_layers
+from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
 from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
@@ -95,9 +95,11 @@ def main() -> None:
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
     with keeping_frozen_packs(lab_model):  # as GroupGeneration does for a training run
         lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
-    adapters = {id(module) for layer in lora_layers(lab_model) for module in adapter_modules(layer)}
-    packed = [layer for layer in packable_layers(lab_model) if id(layer) not in adapters]  # adapters run unpacked
-    kernels = fastest_kernels(packed, len(inputs["input_ids"])) if profile.group_generation else {}
+    kernels = {}
+    if profile.group_generation:
+        with torch.no_grad(), adapters_beside_the_base(lab_model) as idle:  # the layers group generation packs
+            packed = [layer for layer in packable_layers(lab_model) if all(layer is not module for module in idle)]
+        kernels = fastest_kernels(packed, len(inputs["input_ids"]))
     tokens = len(inputs["input_ids"]) * new_tokens
     speedup = statistics.median(plain / lab for lab, plain in zip(lab_seconds, plain_seconds, strict=True))
     print(

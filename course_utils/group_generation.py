@@ -187,11 +187,16 @@ def adapter_products(layer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _base_plus_adapters(
-    layer: Any, products: list[tuple[torch.Tensor, torch.Tensor]], x: torch.Tensor, *args: Any, **kwargs: Any
+    layer: Any,
+    base: torch.nn.Module,
+    products: list[tuple[torch.Tensor, torch.Tensor]],
+    x: torch.Tensor,
+    *args: Any,
+    **kwargs: Any,
 ) -> torch.Tensor:
     if torch.is_autocast_enabled(x.device.type):  # the trainer's autocast: LoRA as PEFT computes it there
         return type(layer).forward(layer, x, *args, **kwargs)
-    base_output = layer.get_base_layer()(x)
+    base_output = base(x)
     rows = x.reshape(-1, x.shape[-1]).float()
     total = base_output.reshape(-1, base_output.shape[-1]).float()
     for down, up in products:
@@ -219,7 +224,7 @@ def adapters_beside_the_base(model: Any) -> Iterator[list[torch.nn.Module]]:
     try:
         with torch.no_grad():
             for layer in layers:
-                layer.forward = partial(_base_plus_adapters, layer, adapter_products(layer))
+                layer.forward = partial(_base_plus_adapters, layer, layer.get_base_layer(), adapter_products(layer))
         yield [module for layer in layers for module in adapter_modules(layer)]
     finally:
         for layer in layers:
@@ -233,7 +238,7 @@ def _blocks_and_totals(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     """``probs`` (rows, vocabulary) as (rows, blocks, SAMPLING_BLOCK), zero-padded, and each block's total."""
     rows, vocabulary = probs.shape
     padding = -vocabulary % SAMPLING_BLOCK
-    blocks = (torch.nn.functional.pad(probs, (0, padding)) if padding else probs).reshape(rows, -1, SAMPLING_BLOCK)
+    blocks = (F.pad(probs, (0, padding)) if padding else probs).reshape(rows, -1, SAMPLING_BLOCK)
     accumulate = torch.float64 if probs.dtype == torch.float64 else torch.float32  # 256 entries: fp32 holds the sum
     return blocks, blocks.sum(-1, dtype=accumulate).double()
 
