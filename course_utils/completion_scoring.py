@@ -155,3 +155,208 @@ class SharedPrefixScoring(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stack.close()
+
+
+def decoder_layers(model: Any) -> torch.nn.ModuleList:
+    """The decoder layers of ``model``'s backbone, in order (``model.layers`` of a ``LlamaModel``)."""
+    layers = getattr(decoder_backbone(model), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(
+            f"{type(decoder_backbone(model)).__name__} keeps no decoder layers under .layers: set "
+            "frozen_layers_from_sampling=False in the profile."
+        )
+    return layers
+
+
+def first_trained_layer(model: Any) -> int:
+    """How many decoder layers at the bottom are frozen, and so compute what sampling already computed.
+
+    Those layers' outputs depend only on the tokens: nothing in them (nor in the embeddings) is trained, and no
+    dropout makes two passes differ. 0 when there is no such layer.
+    """
+    backbone = decoder_backbone(model)
+    if getattr(getattr(backbone, "config", None), "attention_dropout", 0.0):
+        return 0
+    embeddings = backbone.get_input_embeddings() if hasattr(backbone, "get_input_embeddings") else None
+    if embeddings is not None and any(p.requires_grad for p in embeddings.parameters()):
+        return 0
+    for index, layer in enumerate(decoder_layers(model)):
+        if any(p.requires_grad for p in layer.parameters()):
+            return index
+    return 0
+
+
+class SampledLayerInputs:
+    """The hidden states that entered one decoder layer while the policy sampled, to replay in the training pass.
+
+    ``record`` collects what the layer reads at each call of one ``generate`` (the prompt's prefill, then one
+    token per row and step); :meth:`keep` lays them out by row and position beside the sampled token ids. A
+    training-pass call whose rows are those tokens (any order or subset) can then start at that layer.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # (positions, hidden states) per call
+        self.sequences: torch.Tensor | None = None
+        self.hidden: torch.Tensor | None = None
+        self.filled: torch.Tensor | None = None
+
+    def record(self, hidden: torch.Tensor, positions: torch.Tensor | None) -> None:
+        if self.calls is not None and positions is not None:
+            self.calls.append((positions, hidden))
+
+    def keep(self, sequences: torch.Tensor, prompt_mask: torch.Tensor | None) -> None:
+        """Lay the recorded calls out as (rows, positions, hidden size) for ``sequences``, the rows sampled.
+
+        Kept only if every prompt token is real (no left padding: each position is then the token's column) and
+        every call's rows are the sampled rows or one row per equal group of them. Otherwise nothing is kept.
+        """
+        calls, self.calls, self.hidden = self.calls or [], None, None
+        if not calls or prompt_mask is None or not bool(prompt_mask.all()) or sequences.dim() != 2:
+            return
+        rows, columns = sequences.shape
+        hidden = torch.zeros(rows, columns, calls[0][1].shape[-1], dtype=calls[0][1].dtype)
+        filled = torch.zeros(rows, columns, dtype=torch.bool)
+        for positions, states in calls:
+            if rows % states.shape[0] or int(positions.max()) >= columns:
+                return
+            row_index = torch.arange(rows).view(states.shape[0], -1)  # each call row stands for a run of rows
+            for copy in range(row_index.shape[1]):
+                at = row_index[:, copy : copy + 1], positions.expand(states.shape[0], -1)
+                hidden[at], filled[at] = states, True
+        self.sequences, self.hidden, self.filled = sequences, hidden, filled
+
+    def rows_for(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        """For each row of a training-pass call, the sampled row with the same real tokens; None if any has none.
+
+        The call's real tokens must be the first of each row (no left padding), and every position but the last
+        must have been read while sampling (the last one scores no token).
+        """
+        if self.hidden is None or input_ids.dim() != 2 or input_ids.shape[1] > self.sequences.shape[1]:
+            return None
+        length = input_ids.shape[1]
+        if not bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all()):
+            return None
+        real = attention_mask.bool()[:, None, :]
+        same = ((self.sequences[None, :, :length] == input_ids[:, None, :]) | ~real).all(-1)
+        if not bool(same.any(-1).all()):
+            return None
+        rows = same.int().argmax(-1)
+        return rows if bool(self.filled[rows, : length - 1].all()) else None
+
+
+def _hold_place_in_cache(layer: torch.nn.Module, cache: Any, hidden: torch.Tensor) -> None:
+    """Zero keys and values for a skipped layer, so that the cache still counts the tokens read.
+
+    transformers reads the cache's length (positions, mask) from its first layer; the skipped layers' entries
+    are never attended to.
+    """
+    if cache is None:
+        return
+    attention = layer.self_attn
+    heads = attention.config.num_key_value_heads
+    zeros = hidden.new_zeros(hidden.shape[0], heads, hidden.shape[1], attention.head_dim)
+    cache.update(zeros, zeros, attention.layer_idx)
+
+
+def _recording_generate(generate: Callable[..., Any], inputs: SampledLayerInputs, *args: Any, **kwargs: Any) -> Any:
+    inputs.calls = []
+    try:
+        output = generate(*args, **kwargs)
+    except BaseException:
+        inputs.calls = None
+        raise
+    sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
+    if sequences is None:
+        inputs.calls = None
+    else:
+        inputs.keep(sequences, kwargs.get("attention_mask"))
+    return output
+
+
+@contextmanager
+def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
+    """Inside: the training pass starts at the first trained layer, from the hidden states sampling computed.
+
+    While ``model.generate`` samples, the input of the first trained decoder layer is recorded at every position.
+    A training-pass call (``use_cache=False``, no cache of its own) over the sampled tokens then skips the
+    frozen layers below: each returns its input unchanged, and the last of them returns the recorded states.
+    They would compute the same values (up to rounding: sampling multiplies in other kernels), and nothing in
+    them is trained, so log-probabilities and gradients are the same. Any other call runs every layer.
+    """
+    frozen = first_trained_layer(model)
+    inputs = SampledLayerInputs()
+    if frozen == 0:
+        yield inputs
+        return
+    layers, backbone = decoder_layers(model), decoder_backbone(model)
+    active: dict[str, torch.Tensor] = {}
+
+    def on_backbone_call(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        active.clear()
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        own = ("cache", "past_key_values", "inputs_embeds")
+        if inputs.calls is not None or ids is None or mask is None or kwargs.get("use_cache") is not False:
+            return
+        if any(kwargs.get(name) is not None for name in own) or mask.dim() != 2:
+            return
+        rows = inputs.rows_for(ids, mask)
+        if rows is not None:
+            active["rows"] = rows
+
+    def after_backbone_call(module: Any, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        active.clear()
+
+    def replayed(layer: torch.nn.Module, last: bool, *args: Any, **kwargs: Any) -> Any:
+        hidden = args[0] if args else kwargs["hidden_states"]
+        positions, rows = kwargs.get("position_ids"), active.get("rows")
+        if rows is not None and positions is not None and hidden.shape[0] in (1, len(rows)):
+            _hold_place_in_cache(layer, kwargs.get("cache"), hidden)
+            if not last:
+                return hidden
+            row_index = rows[: hidden.shape[0], None]
+            return inputs.hidden[row_index, positions.expand(hidden.shape[0], -1)].to(hidden.dtype)
+        return type(layer).forward(layer, *args, **kwargs)
+
+    def record(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        if hidden is not None:
+            inputs.record(hidden.detach(), kwargs.get("position_ids"))
+
+    handles = [
+        backbone.register_forward_pre_hook(on_backbone_call, with_kwargs=True),
+        backbone.register_forward_hook(after_backbone_call, with_kwargs=True),
+        layers[frozen].register_forward_pre_hook(record, with_kwargs=True),
+    ]
+    for index in range(frozen):
+        layers[index].forward = partial(replayed, layers[index], index == frozen - 1)
+    own_generate = model.__dict__.get("generate")  # group generation's, if installed
+    model.generate = partial(_recording_generate, model.generate, inputs)
+    try:
+        yield inputs
+    finally:
+        for handle in handles:
+            handle.remove()
+        for index in range(frozen):
+            layers[index].__dict__.pop("forward", None)
+        if own_generate is None:
+            model.__dict__.pop("generate", None)
+        else:
+            model.generate = own_generate
+
+
+class FrozenLayersFromSampling(TrainerCallback):
+    """A trainer callback: :func:`frozen_layers_from_sampling` on the trainer's model for the length of training."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is None:
+            raise ValueError(
+                "FrozenLayersFromSampling needs the trainer's model; pass it in GRPOTrainer(callbacks=[...])."
+            )
+        self._stack.close()
+        self._stack.enter_context(frozen_layers_from_sampling(model))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._stack.close()

@@ -73,6 +73,9 @@ class Profile:
     score_completions_only: bool = False
     # TRL's training pass reads the prompt its rows share once, not once per row (course_utils.completion_scoring)
     score_shared_prefix_once: bool = False
+    # The training pass starts at the first trained layer, from the hidden states sampling computed for the same
+    # tokens: the frozen layers below would compute them again (course_utils.completion_scoring)
+    frozen_layers_from_sampling: bool = False
     # Added for training (course_utils.training): the warm start and the optimiser
     warm_start_learning_rate: float = 1e-4
     warm_start_epochs: float = 1.0
@@ -147,6 +150,7 @@ PROFILES: dict[str, Profile] = {
         group_generation=True,  # likewise
         score_completions_only=True,  # likewise
         score_shared_prefix_once=True,  # likewise
+        frozen_layers_from_sampling=True,  # likewise
         num_generations=2,
         per_device_train_batch_size=4,
         max_completion_length=24,
@@ -194,6 +198,8 @@ PROFILES: dict[str, Profile] = {
         score_completions_only=True,
         # The micro-batch holds the completions of one prompt: the training pass reads it once, not 8 times
         score_shared_prefix_once=True,
+        # The bottom 15 layers are frozen (lora_top_layers): the training pass takes their output from sampling
+        frozen_layers_from_sampling=True,
         # 40 steps: the reward's gain from the first fifth of the steps to the last varies between runs and machines,
         # and over 30 steps an fp32 run fell short of 10% of the maximum (make bench prints the gain)
         max_steps=40,

@@ -27,7 +27,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from course_utils.completion_scoring import CompletionOnlyScoring, SharedPrefixScoring
+from course_utils.completion_scoring import CompletionOnlyScoring, FrozenLayersFromSampling, SharedPrefixScoring
 from course_utils.cpu_allocator import reuse_freed_memory_callback
 from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.group_generation import GroupGeneration
@@ -529,7 +529,8 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
     They change how fast a step runs, never what it computes: freed memory kept for reuse
     (``reuse_freed_memory``), each group sampled with its prompt read once (``group_generation``), and
     the log-softmax run on the completion tokens only (``score_completions_only``), and the prompt a
-    micro-batch's rows share read once in the training pass (``score_shared_prefix_once``).
+    micro-batch's rows share read once in the training pass (``score_shared_prefix_once``), which starts at the
+    first trained layer from the hidden states sampling computed (``frozen_layers_from_sampling``).
     Put them first, so that a callback timing the step (the benchmark's) counts the per-step release too.
     The appendix notebook (``99_appendix_cpu_speed.ipynb``) explains and measures them.
     """
@@ -538,6 +539,7 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
         *([GroupGeneration()] if profile.group_generation else []),
         *([CompletionOnlyScoring()] if profile.score_completions_only else []),
         *([SharedPrefixScoring()] if profile.score_shared_prefix_once else []),
+        *([FrozenLayersFromSampling()] if profile.frozen_layers_from_sampling else []),
     ]
 
 
