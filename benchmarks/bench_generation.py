@@ -31,7 +31,7 @@ import torch
 from peft import get_peft_model
 
 from course_utils.data import load_gsm8k
-from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs
+from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, one_token_steps
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
 from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
@@ -97,9 +97,11 @@ def main() -> None:
         lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
     kernels = {}
     if profile.group_generation:
-        with torch.no_grad(), adapters_beside_the_base(lab_model) as idle:  # the layers group generation packs
-            packed = [layer for layer in packable_layers(lab_model) if all(layer is not module for module in idle)]
-        kernels = fastest_kernels(packed, len(inputs["input_ids"]))
+        rows = len(inputs["input_ids"])
+        with torch.no_grad(), adapters_beside_the_base(lab_model) as idle, one_token_steps(lab_model, rows) as steps:
+            unpacked = [*idle, *steps.stood_for]  # the layers group generation packs alone, and its stacked products
+            packed = [layer for layer in packable_layers(lab_model) if all(layer is not m for m in unpacked)]
+            kernels = {**fastest_kernels(packed, rows), **steps.kernels}
     tokens = len(inputs["input_ids"]) * new_tokens
     speedup = statistics.median(plain / lab for lab, plain in zip(lab_seconds, plain_seconds, strict=True))
     print(

@@ -23,8 +23,10 @@ come from the current policy, with the same probabilities. :class:`GroupGenerati
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -34,8 +36,16 @@ from transformers import AttentionInterface, AttentionMaskInterface, TrainerCall
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from course_utils.packed_linear import GENERATE_PACKS_ITSELF, KeptPacks, packed_linears
+from course_utils.packed_linear import (
+    GENERATE_PACKS_ITSELF,
+    KeptPacks,
+    StackedLinear,
+    fastest_kernels,
+    pack,
+    packed_linears,
+)
 
 INSTALLED_FLAG = "_course_group_generation"
 KEPT_PACKS = "_course_kept_packs"  # a model attribute: the KeptPacks of the training run that owns the model
@@ -231,6 +241,140 @@ def adapters_beside_the_base(model: Any) -> Iterator[list[torch.nn.Module]]:
             layer.__dict__.pop("forward", None)
 
 
+def _stacked_adapters(modules: list[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The adapters of layers that read one input, as one pair: their ``A.T`` side by side, ``scaling * B.T``
+    block-diagonal (zero elsewhere), so ``(x @ down) @ up`` is every layer's adapter output, stacked like their
+    base outputs. None if no layer has adapters."""
+    pairs = [adapter_products(m) if lora_layers(m) else [] for m in modules]
+    if not any(pairs):
+        return None
+    sizes = [(m.get_base_layer() if lora_layers(m) else m).out_features for m in modules]
+    down = torch.cat([d for layer_pairs in pairs for d, _ in layer_pairs], dim=1)
+    up = down.new_zeros(down.shape[1], sum(sizes))
+    row, column = 0, 0
+    for layer_pairs, size in zip(pairs, sizes, strict=True):
+        for d, u in layer_pairs:
+            up[row : row + d.shape[1], column : column + size] = u
+            row += d.shape[1]
+        column += size
+    return down, up
+
+
+def _stacked_step(product: Callable[..., torch.Tensor], adapters: Any, x: torch.Tensor) -> torch.Tensor:
+    """``x``'s rows through a stacked base product plus its stacked adapters (in fp32, as PEFT adds them)."""
+    base = product(x)
+    if adapters is None:
+        return base
+    total = torch.addmm(base.float(), x.float() @ adapters[0], adapters[1])
+    return total.to(base.dtype)
+
+
+def _one_token_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """A decoder layer's step for one new token per row; anything else runs the layer's own forward."""
+    hidden = args[0] if args else kwargs["hidden_states"]
+    cache, embeddings = kwargs.get("cache"), kwargs.get("position_embeddings")
+    plain_call = len(args) <= 1 and cache is not None and embeddings is not None
+    if hidden.shape[1] != 1 or not plain_call or torch.is_autocast_enabled(hidden.device.type):
+        return type(layer).forward(layer, *args, **kwargs)
+    attention, mlp, rows = layer.self_attn, layer.mlp, hidden.shape[0]
+    x = layer.input_layernorm(hidden).view(rows, -1)
+    query, key, value = _stacked_step(*stacks["qkv"], x).split(stacks["qkv_sizes"], dim=1)
+    heads = (rows, 1, -1, attention.head_dim)
+    query, key, value = (t.view(heads).transpose(1, 2) for t in (query, key, value))
+    query, key = stacks["rotary"](query, key, *embeddings)
+    key, value = cache.update(key, value, attention.layer_idx)
+    attend = stacks["attend"]
+    output, _ = attend(attention, query, key, value, kwargs.get("attention_mask"), scaling=attention.scaling)
+    hidden = hidden + attention.o_proj(output.reshape(rows, 1, -1))
+    x = layer.post_attention_layernorm(hidden).view(rows, -1)
+    gate, up = _stacked_step(*stacks["gate_up"], x).split(stacks["gate_up_sizes"], dim=1)
+    return hidden + mlp.down_proj((mlp.act_fn(gate) * up).view(rows, 1, -1))
+
+
+LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def _base(module: Any) -> Any:
+    return module.get_base_layer() if lora_layers(module) else module
+
+
+def one_token_stacks(layer: Any, rows: int, keep: KeptPacks | None) -> dict[str, Any] | None:
+    """What :func:`_one_token_layer` needs for ``layer``: its q/k/v and gate/up products stacked, packed for
+    ``rows`` rows, with their adapters; None for a layer of another shape or with adapters of another kind."""
+    attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    if attention is None or mlp is None or not all(hasattr(attention, name) for name in LLAMA_LIKE):
+        return None
+    if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+        return None
+    groups = {"qkv": [attention.q_proj, attention.k_proj, attention.v_proj], "gate_up": [mlp.gate_proj, mlp.up_proj]}
+    modules = [m for group in groups.values() for m in group]
+    if any(lora_layers(m) and not plain_lora(m) for m in modules):
+        return None
+    if any(type(_base(m)) is not torch.nn.Linear for m in modules):
+        return None
+    rotary = getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None)
+    attend = ALL_ATTENTION_FUNCTIONS.get(attention.config._attn_implementation)
+    if rotary is None or attend is None:
+        return None
+    stacks: dict[str, Any] = {"rotary": rotary, "attend": attend}
+    for name, group in groups.items():
+        bases = [_base(m) for m in group]
+        frozen = keep is not None and all(keep.keeps(base) for base in bases)
+        stacked = keep.stacked(bases) if frozen else StackedLinear(bases)
+        shape = tuple(stacked.weight.shape), stacked.weight.dtype
+        kernel = stacks.setdefault("kernels", {})[shape] = fastest_kernels([stacked], rows)[shape]
+        product = keep.product(kernel, stacked, rows) if frozen else pack(kernel, stacked, rows)
+        stacks[name] = (product, _stacked_adapters(group))
+        stacks[f"{name}_sizes"] = stacked.sizes
+    return stacks
+
+
+def decoder_layers_of(model: Any) -> list[Any]:
+    """The decoder layers ``generate`` runs through (``model.layers`` of a Llama-like backbone), or none."""
+    generating = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(getattr(generating, "model", None), "layers", None)
+    return list(layers) if isinstance(layers, torch.nn.ModuleList) else []
+
+
+@dataclass
+class OneTokenSteps:
+    """What :func:`one_token_steps` set up: the linear layers its stacked products stand for, and their kernels."""
+
+    stood_for: list[torch.nn.Module]
+    kernels: dict[tuple[tuple[int, ...], torch.dtype], str]
+
+
+@contextmanager
+def one_token_steps(model: Any, rows: int, keep: KeptPacks | None = None) -> Iterator[OneTokenSteps]:
+    """Inside: each decoder layer computes a one-token step in fewer calls (:func:`_one_token_layer`).
+
+    The same operations as transformers' layer, in its order: RMSNorm as one fused op, q/k/v and gate/up each
+    one stacked product (with their adapters), the rotary embedding, cache and attention the model's own.
+    Yields the linear layers the stacked products stand for (which :func:`packed_linears` need not pack) and
+    the kernels chosen for the stacked products.
+    """
+    patched, steps = [], OneTokenSteps([], {})  # patched: (layer, the forward it had of its own, if any)
+    try:
+        with torch.no_grad():
+            for layer in decoder_layers_of(model):
+                stacks = one_token_stacks(layer, rows, keep)
+                if stacks is None:
+                    continue
+                patched.append((layer, layer.__dict__.get("forward")))
+                layer.forward = partial(_one_token_layer, layer, stacks)
+                attention, mlp = layer.self_attn, layer.mlp
+                steps.stood_for.extend(_base(m) for m in (attention.q_proj, attention.k_proj, attention.v_proj))
+                steps.stood_for.extend([_base(mlp.gate_proj), _base(mlp.up_proj)])
+                steps.kernels.update(stacks["kernels"])
+        yield steps
+    finally:
+        for layer, own in patched:
+            if own is None:
+                layer.__dict__.pop("forward", None)
+            else:
+                layer.forward = own
+
+
 SAMPLING_BLOCK = 256  # entries per block of the vocabulary in the two-step draw
 
 
@@ -363,7 +507,11 @@ def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> A
                 kwargs["cache"] = with_room(cache, 1 + (new_token_budget(model, kwargs) or input_ids.shape[1]))
         rows = input_ids.shape[0] if input_ids is not None else 1
         kept = getattr(model, KEPT_PACKS, None)
-        with packed_linears(model, rows, skip=idle, keep=kept), sampling_by_inverse_cdf():
+        with (
+            one_token_steps(model, rows, kept) as steps,
+            packed_linears(model, rows, skip=[*idle, *steps.stood_for], keep=kept),
+            sampling_by_inverse_cdf(),
+        ):
             output = generate(**kwargs)
     return normal_tensors(output)
 

@@ -168,6 +168,32 @@ def fastest_kernels(
     return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
 
 
+class StackedLinear:
+    """Linear layers that read the same input, as one product: their weights (and biases) stacked by rows.
+
+    A decoding step's products are small, so each call costs more than its arithmetic; ``q``, ``k`` and ``v``
+    (or ``gate`` and ``up``) as one product are one call, and the outputs split back in :attr:`sizes`.
+    """
+
+    def __init__(self, layers: list[torch.nn.Linear]) -> None:
+        if not layers or len({(layer.in_features, layer.weight.dtype) for layer in layers}) != 1:
+            raise ValueError("StackedLinear needs one or more linear layers of one input size and dtype")
+        self.members = list(layers)
+        biases = [layer.bias for layer in layers]
+        with torch.inference_mode(False), torch.no_grad():  # a normal tensor: KeptPacks reads its version counter
+            self.weight = torch.cat([layer.weight.detach() for layer in layers])
+            self.bias = None
+            if any(bias is not None for bias in biases):
+                zeros = [layer.weight.new_zeros(layer.out_features) for layer in layers]
+                self.bias = torch.cat([z if b is None else b.detach() for z, b in zip(zeros, biases, strict=True)])
+        self.in_features = layers[0].in_features
+        self.sizes = [layer.out_features for layer in layers]
+
+    def stamp(self) -> tuple[tuple[int, int], ...]:
+        """What the stacked copy was made from: each member's weight storage and version."""
+        return tuple((layer.weight.data_ptr(), layer.weight._version) for layer in self.members)
+
+
 class KeptPacks:
     """Packed products of frozen layers, kept from one ``packed_linears`` call to the next.
 
@@ -180,9 +206,19 @@ class KeptPacks:
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[torch.nn.Linear, torch.Tensor, tuple[int, int, int, str], Product]] = {}
+        self._stacks: dict[tuple[int, ...], tuple[StackedLinear, tuple[torch.Tensor, ...], tuple]] = {}
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def stacked(self, layers: list[torch.nn.Linear]) -> StackedLinear:
+        """``StackedLinear(layers)``, kept while each layer's weight is the same, unchanged tensor (frozen layers)."""
+        key, weights = tuple(map(id, layers)), tuple(layer.weight for layer in layers)
+        kept = self._stacks.get(key)
+        if kept is None or any(a is not b for a, b in zip(kept[1], weights, strict=True)) or kept[0].stamp() != kept[2]:
+            stack = StackedLinear(layers)
+            kept = self._stacks[key] = (stack, weights, stack.stamp())
+        return kept[0]
 
     @staticmethod
     def keeps(layer: torch.nn.Linear) -> bool:
@@ -200,8 +236,9 @@ class KeptPacks:
         return kept[3]
 
     def clear(self) -> None:
-        """Drop every kept product (and the memory its packed weight holds)."""
+        """Drop every kept product and stacked copy (and the memory they hold)."""
         self._kept.clear()
+        self._stacks.clear()
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from types import MethodType
 
@@ -387,7 +388,9 @@ def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(monkeyp
     inputs = grouped_prompts()
     first = generate(model, inputs, do_sample=False)
     frozen = [layer for layer in pl.packable_layers(model) if not layer.weight.requires_grad]
-    assert len(kept) == len(frozen) > 0, "every frozen linear layer's pack is kept, no adapter's"
+    covered = [member for layer, *_ in kept._kept.values() for member in getattr(layer, "members", [layer])]
+    assert sorted(map(id, covered)) == sorted(map(id, frozen)), "every frozen layer's pack is kept (alone or stacked)"
+    assert len(kept) == len(frozen) - 3 * 2, "q/k/v and gate/up: one stacked pack each, in both layers"
     products = dict(kept._kept)
     assert torch.equal(generate(model, inputs, do_sample=False), first)
     assert all(kept._kept[key][3] is products[key][3] for key in products), "the second call packs nothing again"
@@ -495,3 +498,84 @@ def test_normal_tensors_clones_inference_tensors_wherever_they_sit_and_leaves_th
     assert isinstance(output["logits"], tuple) and isinstance(output["logits"][1], list)
     assert output["normal"] is normal and output["name"] == "kept"
     assert not gg.normal_tensors(made).is_inference() and gg.normal_tensors(None) is None
+
+
+def decode_calls(monkeypatch) -> list[int]:
+    """The token count of every call to a decoder layer's own forward from now on."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    calls, forward = [], Qwen2DecoderLayer.forward
+
+    def counted(self, hidden_states, *args, **kwargs):
+        calls.append(hidden_states.shape[1])
+        return forward(self, hidden_states, *args, **kwargs)
+
+    monkeypatch.setattr(Qwen2DecoderLayer, "forward", counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_token_steps_give_the_layers_own_logits(dtype, monkeypatch):
+    inputs = grouped_prompts()
+    model = gg.install(lora_model(dtype))
+    calls = decode_calls(monkeypatch)
+    lean = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    assert calls and all(tokens > 1 for tokens in calls), "the layers' own forward reads the prompt only"
+    monkeypatch.setattr(gg, "one_token_steps", lambda *args, **kwargs: contextlib.nullcontext(gg.OneTokenSteps([], {})))
+    own = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
+    assert 1 in calls, "without one-token steps the layers' own forward decodes"
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    for step, (expected, got) in enumerate(zip(own.logits, lean.logits, strict=True)):
+        assert torch.allclose(got.float(), expected.float(), atol=tolerance), f"logits differ at new token {step}"
+
+
+def test_one_token_steps_leave_other_calls_and_layers_to_their_own_forward(monkeypatch):
+    model = lora_model()
+    layers = gg.decoder_layers_of(model)
+    sentinel = layers[0].forward
+    layers[0].forward = sentinel  # a forward of its own (the training pass's), given back on exit
+    dora = get_peft_model(build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1),
+                          LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    assert gg.one_token_stacks(gg.decoder_layers_of(dora)[0], 2, None) is None, "DoRA: not plain LoRA"
+    assert gg.one_token_stacks(torch.nn.Linear(2, 2), 2, None) is None, "not a decoder layer"
+    assert gg.decoder_layers_of(torch.nn.Linear(2, 2)) == []
+    with torch.no_grad(), gg.one_token_steps(model, rows=2) as steps:
+        assert len(steps.stood_for) == 5 * len(layers), "q, k, v, gate and up of every layer"
+        assert {shape for shape, _ in steps.kernels} == {(64, 32), (128, 32)}, "q/k/v and gate/up stacked"
+        assert all("forward" in layer.__dict__ for layer in layers) and layers[0].forward is not sentinel
+        calls = decode_calls(monkeypatch)
+        ids = torch.tensor([[5, 17, 23], [5, 17, 23]])
+        model(input_ids=ids)  # a prompt of three tokens, no cache
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids[:, :1], use_cache=True)  # one token, under the trainer's autocast
+    assert calls == [3, 3, 1, 1], "both calls ran the layers' own forward"
+    assert layers[0].__dict__["forward"] is sentinel and "forward" not in layers[1].__dict__
+
+
+def test_a_stacked_linear_holds_its_layers_weights_and_biases_by_rows():
+    with_bias, without = torch.nn.Linear(4, 3), torch.nn.Linear(4, 2, bias=False)
+    stacked = pl.StackedLinear([with_bias, without])
+    x = torch.randn(5, 4)
+    assert stacked.sizes == [3, 2] and stacked.in_features == 4
+    first, second = torch.nn.functional.linear(x, stacked.weight, stacked.bias).split(stacked.sizes, dim=1)
+    assert torch.allclose(first, with_bias(x)) and torch.allclose(second, without(x))
+    assert pl.StackedLinear([without, without]).bias is None
+    with pytest.raises(ValueError, match="one input size"):
+        pl.StackedLinear([with_bias, torch.nn.Linear(5, 2)])
+    with pytest.raises(ValueError, match="one or more"):
+        pl.StackedLinear([])
+
+
+def test_kept_stacks_are_reused_until_a_layers_weight_changes():
+    layers = [torch.nn.Linear(4, 3).requires_grad_(False), torch.nn.Linear(4, 2).requires_grad_(False)]
+    kept = pl.KeptPacks()
+    stack = kept.stacked(layers)
+    assert kept.stacked(layers) is stack, "the same unchanged weights: the same stacked copy"
+    with torch.no_grad():
+        layers[1].weight.mul_(2.0)  # an in-place write moves the version counter
+    changed = kept.stacked(layers)
+    assert changed is not stack and torch.equal(changed.weight[3:], layers[1].weight)
+    layers[0].weight = torch.nn.Parameter(torch.zeros(3, 4), requires_grad=False)
+    assert kept.stacked(layers) is not changed, "another tensor"
+    kept.clear()
+    assert kept.stacked(layers) is not changed and len(kept._stacks) == 1
