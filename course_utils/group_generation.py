@@ -42,9 +42,9 @@ from course_utils.packed_linear import (
     GENERATE_PACKS_ITSELF,
     KeptPacks,
     StackedLinear,
-    fastest_kernels,
-    pack,
+    pack_stacked,
     packed_linears,
+    stacked_kernels,
 )
 
 INSTALLED_FLAG = "_course_group_generation"
@@ -274,7 +274,8 @@ def _one_token_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: A
     hidden = args[0] if args else kwargs["hidden_states"]
     cache, embeddings = kwargs.get("cache"), kwargs.get("position_embeddings")
     plain_call = len(args) <= 1 and cache is not None and embeddings is not None
-    if hidden.shape[1] != 1 or not plain_call or torch.is_autocast_enabled(hidden.device.type):
+    one_token_per_row = hidden.shape[1] == 1 and hidden.shape[0] == stacks["rows"]  # the rows packed for
+    if not one_token_per_row or not plain_call or torch.is_autocast_enabled(hidden.device.type):
         return type(layer).forward(layer, *args, **kwargs)
     attention, mlp, rows = layer.self_attn, layer.mlp, hidden.shape[0]
     x = layer.input_layernorm(hidden).view(rows, -1)
@@ -298,9 +299,9 @@ def _base(module: Any) -> Any:
     return module.get_base_layer() if lora_layers(module) else module
 
 
-def one_token_stacks(layer: Any, rows: int, keep: KeptPacks | None) -> dict[str, Any] | None:
-    """What :func:`_one_token_layer` needs for ``layer``: its q/k/v and gate/up products stacked, packed for
-    ``rows`` rows, with their adapters; None for a layer of another shape or with adapters of another kind."""
+def stacked_groups(layer: Any) -> dict[str, list[Any]] | None:
+    """A Llama-like decoder layer's modules that read one input: q/k/v, and gate/up; None for a layer of another
+    shape, with a base that is not a plain linear layer, or with adapters of another kind than plain LoRA."""
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     if attention is None or mlp is None or not all(hasattr(attention, name) for name in LLAMA_LIKE):
         return None
@@ -312,20 +313,32 @@ def one_token_stacks(layer: Any, rows: int, keep: KeptPacks | None) -> dict[str,
         return None
     if any(type(_base(m)) is not torch.nn.Linear for m in modules):
         return None
-    rotary = getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None)
-    attend = ALL_ATTENTION_FUNCTIONS.get(attention.config._attn_implementation)
-    if rotary is None or attend is None:
+    if getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None) is None:
         return None
-    stacks: dict[str, Any] = {"rotary": rotary, "attend": attend}
+    if ALL_ATTENTION_FUNCTIONS.get(attention.config._attn_implementation) is None:
+        return None
+    return groups
+
+
+def one_token_stacks(
+    layer: Any, groups: dict[str, list[Any]], kernels: dict[str, str], rows: int, keep: KeptPacks | None
+) -> dict[str, Any]:
+    """What :func:`_one_token_layer` needs for ``layer``: each group's stacked product through its kernel, packed
+    for ``rows`` rows (kept in ``keep`` when its weights are frozen), with its adapters."""
+    attention = layer.self_attn
+    stacks: dict[str, Any] = {
+        "rows": rows,
+        "rotary": sys.modules[type(attention).__module__].apply_rotary_pos_emb,
+        "attend": ALL_ATTENTION_FUNCTIONS[attention.config._attn_implementation],
+    }
     for name, group in groups.items():
         bases = [_base(m) for m in group]
-        frozen = keep is not None and all(keep.keeps(base) for base in bases)
-        stacked = keep.stacked(bases) if frozen else StackedLinear(bases)
-        shape = tuple(stacked.weight.shape), stacked.weight.dtype
-        kernel = stacks.setdefault("kernels", {})[shape] = fastest_kernels([stacked], rows)[shape]
-        product = keep.product(kernel, stacked, rows) if frozen else pack(kernel, stacked, rows)
+        if keep is not None and all(keep.keeps(base) for base in bases):
+            product = keep.stacked_product(kernels[name], bases, rows)
+        else:
+            product = pack_stacked(kernels[name], StackedLinear(bases), rows)
         stacks[name] = (product, _stacked_adapters(group))
-        stacks[f"{name}_sizes"] = stacked.sizes
+        stacks[f"{name}_sizes"] = [base.out_features for base in bases]
     return stacks
 
 
@@ -348,24 +361,27 @@ class OneTokenSteps:
 def one_token_steps(model: Any, rows: int, keep: KeptPacks | None = None) -> Iterator[OneTokenSteps]:
     """Inside: each decoder layer computes a one-token step in fewer calls (:func:`_one_token_layer`).
 
-    The same operations as transformers' layer, in its order: RMSNorm as one fused op, q/k/v and gate/up each
-    one stacked product (with their adapters), the rotary embedding, cache and attention the model's own.
+    The same operations as transformers' layer, in its order: q/k/v and gate/up each one stacked product (with
+    their adapters); the norms, rotary embedding, cache and attention the model's own. Only for calls of the
+    ``rows`` rows the products are packed for; other calls run the layer's own forward.
     Yields the linear layers the stacked products stand for (which :func:`packed_linears` need not pack) and
     the kernels chosen for the stacked products.
     """
     patched, steps = [], OneTokenSteps([], {})  # patched: (layer, the forward it had of its own, if any)
+    layers = [(layer, groups) for layer in decoder_layers_of(model) if (groups := stacked_groups(layer)) is not None]
     try:
         with torch.no_grad():
-            for layer in decoder_layers_of(model):
-                stacks = one_token_stacks(layer, rows, keep)
-                if stacks is None:
-                    continue
+            bases = [[_base(m) for m in group] for _, groups in layers for group in groups.values()]
+            chosen = iter(stacked_kernels(bases, rows) if bases else [])
+            for layer, groups in layers:
+                kernels = {name: next(chosen) for name in groups}
+                stacks = one_token_stacks(layer, groups, kernels, rows, keep)
                 patched.append((layer, layer.__dict__.get("forward")))
                 layer.forward = partial(_one_token_layer, layer, stacks)
-                attention, mlp = layer.self_attn, layer.mlp
-                steps.stood_for.extend(_base(m) for m in (attention.q_proj, attention.k_proj, attention.v_proj))
-                steps.stood_for.extend([_base(mlp.gate_proj), _base(mlp.up_proj)])
-                steps.kernels.update(stacks["kernels"])
+                for name, group in groups.items():
+                    steps.stood_for.extend(_base(m) for m in group)
+                    sizes = stacks[f"{name}_sizes"]
+                    steps.kernels[(sum(sizes), group[0].in_features), _base(group[0]).weight.dtype] = kernels[name]
         yield steps
     finally:
         for layer, own in patched:

@@ -125,13 +125,6 @@ class ModelSpec:
         return self.num_layers * sum(a * b for a, b in self.module_shapes().values())
 
     @property
-    def stacked_parameters(self) -> int:
-        """Weights CPU group generation stacks into one product per block: q/k/v, and gate/up (same input)."""
-        shapes = self.module_shapes()
-        stacked = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-        return self.num_layers * sum(shapes[name][0] * shapes[name][1] for name in stacked)
-
-    @property
     def num_parameters(self) -> int:
         """Every parameter: embeddings, linear layers, q/k/v biases, RMSNorm weights (2 per block + final)."""
         biases = self.num_layers * (self.num_heads * self.dim_per_head + 2 * self.kv_dim) if self.attention_bias else 0
@@ -336,9 +329,8 @@ def estimate_memory(
     ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
     ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
     (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
-    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head, and
-    stacks the weights of q/k/v and gate/up (``course_utils.group_generation``); with LoRA those weights are
-    frozen and the run keeps their packs and stacks.
+    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head
+    (``course_utils.group_generation``); with LoRA those weights are frozen and the run keeps their packs.
     ``reuse_freed_memory``: the process keeps what it frees until the step ends (``course_utils.cpu_allocator``).
     """
     if dtype not in BYTES_PER_DTYPE:
@@ -408,8 +400,7 @@ def estimate_memory(
     kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
     generation_copies = kept_packs = 0.0
     if group_generation and device == "cpu" and not load_in_4bit:
-        # a packed copy of every linear weight and of the head, plus the stacked copies the stacked packs are made from
-        packs = (spec.linear_parameters + spec.stacked_parameters + spec.vocab_size * spec.hidden_size) * width
+        packs = (spec.linear_parameters + spec.vocab_size * spec.hidden_size) * width
         if use_lora:
             kept_packs = packs  # the base weights are frozen: a training run keeps their packs between calls
         else:

@@ -41,6 +41,28 @@ _MEASURED: dict[tuple[tuple[int, ...], torch.dtype, int], str] = {}
 Product = Callable[[torch.Tensor], torch.Tensor]
 
 
+class StackedLinear:
+    """Linear layers that read the same input, as one product: their weights (and biases) stacked by rows.
+
+    A decoding step's products are small, so each call costs more than its arithmetic; ``q``, ``k`` and ``v``
+    (or ``gate`` and ``up``) as one product are one call, and the outputs split back in :attr:`sizes`.
+    """
+
+    def __init__(self, layers: list[torch.nn.Linear]) -> None:
+        if not layers or len({(layer.in_features, layer.weight.dtype) for layer in layers}) != 1:
+            raise ValueError("StackedLinear needs one or more linear layers of one input size and dtype")
+        self.members = list(layers)
+        biases = [layer.bias for layer in layers]
+        with torch.inference_mode(False), torch.no_grad():  # a normal tensor: KeptPacks reads its version counter
+            self.weight = torch.cat([layer.weight.detach() for layer in layers])
+            self.bias = None
+            if any(bias is not None for bias in biases):
+                zeros = [layer.weight.new_zeros(layer.out_features) for layer in layers]
+                self.bias = torch.cat([z if b is None else b.detach() for z, b in zip(zeros, biases, strict=True)])
+        self.in_features = layers[0].in_features
+        self.sizes = [layer.out_features for layer in layers]
+
+
 def pack(kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
     """``layer``'s product ``x -> x @ W.T + b`` through ``kernel``, its weight packed for inputs of ``rows`` rows.
 
@@ -56,6 +78,19 @@ def pack(kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
         return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     raise ValueError(f"Unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}.")
+
+
+def pack_stacked(kernel: str, stacked: StackedLinear, rows: int) -> Product:
+    """``stacked``'s product through ``kernel``, for inputs of exactly ``rows`` rows (the caller checks).
+
+    The packed kernels keep no stacked copy of the weights besides their pack: MKL reads its original weight only
+    for inputs of another row count, so it gets a stand-in of the right shape that takes no memory.
+    """
+    if kernel != "mkl":
+        return pack(kernel, stacked, rows)
+    packed = torch.ops.mkl._mkl_reorder_linear_weight(stacked.weight, rows)
+    stand_in, bias = stacked.weight.new_zeros(()).expand(stacked.weight.shape), stacked.bias
+    return lambda x: torch.ops.mkl._mkl_linear(x, packed, stand_in, bias, rows)
 
 
 def packable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
@@ -168,30 +203,14 @@ def fastest_kernels(
     return {key: _MEASURED[key[0], key[1], rows] for key in by_shape}
 
 
-class StackedLinear:
-    """Linear layers that read the same input, as one product: their weights (and biases) stacked by rows.
-
-    A decoding step's products are small, so each call costs more than its arithmetic; ``q``, ``k`` and ``v``
-    (or ``gate`` and ``up``) as one product are one call, and the outputs split back in :attr:`sizes`.
-    """
-
-    def __init__(self, layers: list[torch.nn.Linear]) -> None:
-        if not layers or len({(layer.in_features, layer.weight.dtype) for layer in layers}) != 1:
-            raise ValueError("StackedLinear needs one or more linear layers of one input size and dtype")
-        self.members = list(layers)
-        biases = [layer.bias for layer in layers]
-        with torch.inference_mode(False), torch.no_grad():  # a normal tensor: KeptPacks reads its version counter
-            self.weight = torch.cat([layer.weight.detach() for layer in layers])
-            self.bias = None
-            if any(bias is not None for bias in biases):
-                zeros = [layer.weight.new_zeros(layer.out_features) for layer in layers]
-                self.bias = torch.cat([z if b is None else b.detach() for z, b in zip(zeros, biases, strict=True)])
-        self.in_features = layers[0].in_features
-        self.sizes = [layer.out_features for layer in layers]
-
-    def stamp(self) -> tuple[tuple[int, int], ...]:
-        """What the stacked copy was made from: each member's weight storage and version."""
-        return tuple((layer.weight.data_ptr(), layer.weight._version) for layer in self.members)
+def stacked_kernels(groups: list[list[torch.nn.Linear]], rows: int) -> list[str]:
+    """The fastest kernel for each group's stacked product (:func:`fastest_kernels`, measured on all the
+    stacks of a shape together); stacked copies are made only for shapes not measured yet on this machine."""
+    keys = [((sum(m.out_features for m in group), group[0].in_features), group[0].weight.dtype) for group in groups]
+    missing = [group for group, key in zip(groups, keys, strict=True) if (*key, rows) not in _MEASURED]
+    if missing:
+        fastest_kernels([StackedLinear(group) for group in missing], rows)
+    return [_MEASURED[shape, dtype, rows] for shape, dtype in keys]
 
 
 class KeptPacks:
@@ -206,19 +225,21 @@ class KeptPacks:
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[torch.nn.Linear, torch.Tensor, tuple[int, int, int, str], Product]] = {}
-        self._stacks: dict[tuple[int, ...], tuple[StackedLinear, tuple[torch.Tensor, ...], tuple]] = {}
+        self._stacks: dict[tuple[int, ...], tuple[list[torch.nn.Linear], tuple[torch.Tensor, ...], tuple, Product]] = {}
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._kept) + len(self._stacks)
 
-    def stacked(self, layers: list[torch.nn.Linear]) -> StackedLinear:
-        """``StackedLinear(layers)``, kept while each layer's weight is the same, unchanged tensor (frozen layers)."""
+    def stacked_product(self, kernel: str, layers: list[torch.nn.Linear], rows: int) -> Product:
+        """``pack_stacked(kernel, StackedLinear(layers), rows)``, reused while each layer's weight is the same,
+        unchanged tensor (frozen layers)."""
         key, weights = tuple(map(id, layers)), tuple(layer.weight for layer in layers)
-        kept = self._stacks.get(key)
-        if kept is None or any(a is not b for a, b in zip(kept[1], weights, strict=True)) or kept[0].stamp() != kept[2]:
-            stack = StackedLinear(layers)
-            kept = self._stacks[key] = (stack, weights, stack.stamp())
-        return kept[0]
+        stamp = (tuple((w.data_ptr(), w._version) for w in weights), rows, kernel)
+        kept = self._stacks.get(key)  # the entry holds the layers, so their ids name no other layers meanwhile
+        if kept is None or kept[2] != stamp or any(a is not b for a, b in zip(kept[1], weights, strict=True)):
+            kept = (list(layers), weights, stamp, pack_stacked(kernel, StackedLinear(layers), rows))
+            self._stacks[key] = kept
+        return kept[3]
 
     @staticmethod
     def keeps(layer: torch.nn.Linear) -> bool:
@@ -236,7 +257,7 @@ class KeptPacks:
         return kept[3]
 
     def clear(self) -> None:
-        """Drop every kept product and stacked copy (and the memory they hold)."""
+        """Drop every kept product (and the memory its packed weight holds)."""
         self._kept.clear()
         self._stacks.clear()
 

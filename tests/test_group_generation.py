@@ -388,12 +388,14 @@ def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(monkeyp
     inputs = grouped_prompts()
     first = generate(model, inputs, do_sample=False)
     frozen = [layer for layer in pl.packable_layers(model) if not layer.weight.requires_grad]
-    covered = [member for layer, *_ in kept._kept.values() for member in getattr(layer, "members", [layer])]
+    stacked_members = [member for members, *_ in kept._stacks.values() for member in members]
+    covered = [layer for layer, *_ in kept._kept.values()] + stacked_members
     assert sorted(map(id, covered)) == sorted(map(id, frozen)), "every frozen layer's pack is kept (alone or stacked)"
     assert len(kept) == len(frozen) - 3 * 2, "q/k/v and gate/up: one stacked pack each, in both layers"
-    products = dict(kept._kept)
+    products, stacked = dict(kept._kept), dict(kept._stacks)
     assert torch.equal(generate(model, inputs, do_sample=False), first)
     assert all(kept._kept[key][3] is products[key][3] for key in products), "the second call packs nothing again"
+    assert all(kept._stacks[key][3] is stacked[key][3] for key in stacked) and stacked
     callback.on_train_end(None, None, None)
     assert len(kept) == 0 and getattr(model, gg.KEPT_PACKS) is None
 
@@ -536,8 +538,8 @@ def test_one_token_steps_leave_other_calls_and_layers_to_their_own_forward(monke
     layers[0].forward = sentinel  # a forward of its own (the training pass's), given back on exit
     dora = get_peft_model(build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1),
                           LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
-    assert gg.one_token_stacks(gg.decoder_layers_of(dora)[0], 2, None) is None, "DoRA: not plain LoRA"
-    assert gg.one_token_stacks(torch.nn.Linear(2, 2), 2, None) is None, "not a decoder layer"
+    assert gg.stacked_groups(gg.decoder_layers_of(dora)[0]) is None, "DoRA: not plain LoRA"
+    assert gg.stacked_groups(torch.nn.Linear(2, 2)) is None, "not a decoder layer"
     assert gg.decoder_layers_of(torch.nn.Linear(2, 2)) == []
     with torch.no_grad(), gg.one_token_steps(model, rows=2) as steps:
         assert len(steps.stood_for) == 5 * len(layers), "q, k, v, gate and up of every layer"
@@ -548,7 +550,8 @@ def test_one_token_steps_leave_other_calls_and_layers_to_their_own_forward(monke
         model(input_ids=ids)  # a prompt of three tokens, no cache
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(input_ids=ids[:, :1], use_cache=True)  # one token, under the trainer's autocast
-    assert calls == [3, 3, 1, 1], "both calls ran the layers' own forward"
+        model(input_ids=torch.tensor([[5], [17], [23]]), use_cache=True)  # 3 rows: not the 2 packed for
+    assert calls == [3, 3, 1, 1, 1, 1], "every call ran the layers' own forward"
     assert layers[0].__dict__["forward"] is sentinel and "forward" not in layers[1].__dict__
 
 
@@ -566,16 +569,48 @@ def test_a_stacked_linear_holds_its_layers_weights_and_biases_by_rows():
         pl.StackedLinear([])
 
 
-def test_kept_stacks_are_reused_until_a_layers_weight_changes():
+@pytest.mark.parametrize("kernel", pl.KERNELS)
+def test_a_stacked_product_equals_its_layers_products_for_the_rows_it_is_packed_for(kernel):
+    layers = [torch.nn.Linear(16, 12), torch.nn.Linear(16, 8, bias=False)]
+    x = torch.randn(4, 16)
+    try:
+        product = pl.pack_stacked(kernel, pl.StackedLinear(layers), rows=4)
+        first, second = product(x).split([12, 8], dim=1)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        pytest.skip(f"{kernel} is not built into this torch")
+    with torch.no_grad():
+        assert torch.allclose(first, layers[0](x), atol=1e-5) and torch.allclose(second, layers[1](x), atol=1e-5)
+
+
+def test_kept_stacked_products_are_reused_until_a_layers_weight_changes():
     layers = [torch.nn.Linear(4, 3).requires_grad_(False), torch.nn.Linear(4, 2).requires_grad_(False)]
     kept = pl.KeptPacks()
-    stack = kept.stacked(layers)
-    assert kept.stacked(layers) is stack, "the same unchanged weights: the same stacked copy"
+    product = kept.stacked_product("linear", layers, rows=2)
+    assert kept.stacked_product("linear", layers, rows=2) is product, "the same unchanged weights: the same pack"
+    assert kept.stacked_product("linear", layers, rows=3) is not product, "packed for another row count"
     with torch.no_grad():
         layers[1].weight.mul_(2.0)  # an in-place write moves the version counter
-    changed = kept.stacked(layers)
-    assert changed is not stack and torch.equal(changed.weight[3:], layers[1].weight)
+    changed = kept.stacked_product("linear", layers, rows=3)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        assert torch.allclose(changed(x)[:, 3:], layers[1](x)), "packed from the new values"
     layers[0].weight = torch.nn.Parameter(torch.zeros(3, 4), requires_grad=False)
-    assert kept.stacked(layers) is not changed, "another tensor"
+    assert kept.stacked_product("linear", layers, rows=3) is not changed, "another tensor"
+    assert len(kept) == 1
     kept.clear()
-    assert kept.stacked(layers) is not changed and len(kept._stacks) == 1
+    assert len(kept) == 0
+
+
+def test_stacked_kernels_measure_each_stacked_shape_once(monkeypatch, tmp_path):
+    monkeypatch.setattr(pl, "_MEASURED", {})
+    monkeypatch.setattr(pl, "kernel_cache_path", lambda: tmp_path / "kernels.json")
+    groups = [[torch.nn.Linear(16, 12), torch.nn.Linear(16, 4)] for _ in range(3)] + [[torch.nn.Linear(16, 8)]]
+    kernels = pl.stacked_kernels(groups, rows=4)
+    assert len(kernels) == 4 and set(kernels) <= set(pl.KERNELS) and len(set(kernels[:3])) == 1
+    assert {key[0] for key in pl._MEASURED} == {(16, 16), (8, 16)}, "one entry per stacked shape"
+
+    def no_copies(layers):
+        raise AssertionError("a shape measured already needs no stacked copy")
+
+    monkeypatch.setattr(pl, "StackedLinear", no_copies)
+    assert pl.stacked_kernels(groups, rows=4) == kernels

@@ -173,9 +173,7 @@ def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_p
 def test_group_generation_counts_the_packed_weight_copies_and_what_the_heap_keeps():
     settings = {"device": "cpu", "dtype": "float32"}
     spec, targets = QWEN25_05B, ("q_proj", "v_proj")
-    packs = 4 * (spec.linear_parameters + spec.stacked_parameters + spec.vocab_size * spec.hidden_size)
-    o_and_down = spec.num_layers * spec.hidden_size * (spec.num_heads * spec.dim_per_head + spec.intermediate_size)
-    assert spec.stacked_parameters == spec.linear_parameters - o_and_down, "all but o_proj and down_proj"
+    packs = 4 * (spec.linear_parameters + spec.vocab_size * spec.hidden_size)
     lora = {"use_lora": True, "lora_top_layers": 12, "lora_target_modules": targets}
     plain = estimate_memory(spec, **lora, **settings)
     grouped = estimate_memory(spec, group_generation=True, **lora, **settings)
