@@ -51,14 +51,12 @@ class StackedLinear:
     def __init__(self, layers: list[torch.nn.Linear]) -> None:
         if not layers or len({(layer.in_features, layer.weight.dtype) for layer in layers}) != 1:
             raise ValueError("StackedLinear needs one or more linear layers of one input size and dtype")
-        self.members = list(layers)
         biases = [layer.bias for layer in layers]
-        with torch.inference_mode(False), torch.no_grad():  # a normal tensor: KeptPacks reads its version counter
-            self.weight = torch.cat([layer.weight.detach() for layer in layers])
-            self.bias = None
-            if any(bias is not None for bias in biases):
-                zeros = [layer.weight.new_zeros(layer.out_features) for layer in layers]
-                self.bias = torch.cat([z if b is None else b.detach() for z, b in zip(zeros, biases, strict=True)])
+        self.weight = torch.cat([layer.weight.detach() for layer in layers])
+        self.bias = None
+        if any(bias is not None for bias in biases):
+            zeros = [layer.weight.new_zeros(layer.out_features) for layer in layers]
+            self.bias = torch.cat([z if b is None else b.detach() for z, b in zip(zeros, biases, strict=True)])
         self.in_features = layers[0].in_features
         self.sizes = [layer.out_features for layer in layers]
 
