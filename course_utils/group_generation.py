@@ -273,11 +273,15 @@ def _one_token_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: A
     """A decoder layer's step for one new token per row; anything else runs the layer's own forward."""
     hidden = args[0] if args else kwargs["hidden_states"]
     cache, embeddings = kwargs.get("cache"), kwargs.get("position_embeddings")
-    plain_call = len(args) <= 1 and cache is not None and embeddings is not None
-    one_token_per_row = hidden.shape[1] == 1 and hidden.shape[0] == stacks["rows"]  # the rows packed for
-    if not one_token_per_row or not plain_call or torch.is_autocast_enabled(hidden.device.type):
-        return type(layer).forward(layer, *args, **kwargs)
     attention, mlp, rows = layer.self_attn, layer.mlp, hidden.shape[0]
+    plain_call = len(args) <= 1 and cache is not None and embeddings is not None
+    # hooks on the attention module (transformers' output_attentions) or dropout need the module's own forward
+    plain_attention = not (attention._forward_hooks or attention._forward_pre_hooks) and not (
+        attention.training and getattr(attention, "attention_dropout", 0.0)
+    )
+    one_token_per_row = hidden.shape[1] == 1 and rows == stacks["rows"]  # the rows the products are packed for
+    if not (one_token_per_row and plain_call and plain_attention) or torch.is_autocast_enabled(hidden.device.type):
+        return type(layer).forward(layer, *args, **kwargs)
     x = layer.input_layernorm(hidden).view(rows, -1)
     query, key, value = _stacked_step(*stacks["qkv"], x).split(stacks["qkv_sizes"], dim=1)
     heads = (rows, 1, -1, attention.head_dim)

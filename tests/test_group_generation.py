@@ -551,7 +551,10 @@ def test_one_token_steps_leave_other_calls_and_layers_to_their_own_forward(monke
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(input_ids=ids[:, :1], use_cache=True)  # one token, under the trainer's autocast
         model(input_ids=torch.tensor([[5], [17], [23]]), use_cache=True)  # 3 rows: not the 2 packed for
-    assert calls == [3, 3, 1, 1, 1, 1], "every call ran the layers' own forward"
+        handle = layers[1].self_attn.register_forward_hook(lambda *args: None)  # as output_attentions hooks it
+        model(input_ids=ids[:, :1], use_cache=True)
+        handle.remove()
+    assert calls == [3, 3, 1, 1, 1, 1, 1], "the other calls ran both layers' own forward, the last one layer 1's"
     assert layers[0].__dict__["forward"] is sentinel and "forward" not in layers[1].__dict__
 
 
