@@ -16,6 +16,10 @@ forward and backward. A token's keys, values and hidden state depend only on the
 every row starts with the same tokens, :func:`prefix_read_once` runs them once and continues each row from their
 cache: the same log-probabilities and gradients (the gradient through the shared prefix is summed over the rows,
 as it would be over its copies). :class:`SharedPrefixScoring` applies it during training.
+
+With LoRA in the top layers only, the layers below them are frozen, and sampling has just computed their output
+for the same tokens: :func:`frozen_layers_from_sampling` records it while ``generate`` runs and starts the training
+pass at the first trained layer. :class:`FrozenLayersFromSampling` applies it during training.
 """
 
 from __future__ import annotations
