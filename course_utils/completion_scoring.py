@@ -34,6 +34,8 @@ import trl.trainer.utils as trl_utils
 from transformers import TrainerCallback
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
+from course_utils.group_generation import decoder_layers_of
+
 # The function TRL's fused log-prob forward asks whether to score only the unmasked positions
 TRL_COMPACT_RULE = "_use_triton"
 
@@ -161,10 +163,10 @@ class SharedPrefixScoring(TrainerCallback):
         self._stack.close()
 
 
-def decoder_layers(model: Any) -> torch.nn.ModuleList:
+def decoder_layers(model: Any) -> list[torch.nn.Module]:
     """The decoder layers of ``model``'s backbone, in order (``model.layers`` of a ``LlamaModel``)."""
-    layers = getattr(decoder_backbone(model), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
+    layers = decoder_layers_of(model)
+    if not layers:
         raise ValueError(
             f"{type(decoder_backbone(model)).__name__} keeps no decoder layers under .layers: set "
             "frozen_layers_from_sampling=False in the profile."
