@@ -25,7 +25,7 @@ pass at the first trained layer. :class:`FrozenLayersFromSampling` applies it du
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from functools import partial
 from typing import Any
 
@@ -65,17 +65,35 @@ def completion_tokens_only() -> Iterator[None]:
         setattr(trl_utils, TRL_COMPACT_RULE, original)
 
 
-class CompletionOnlyScoring(TrainerCallback):
-    """A trainer callback: :func:`completion_tokens_only` from the start of training to its end."""
+class DuringTraining(TrainerCallback):
+    """A trainer callback that holds :meth:`context` open from the start of training to its end."""
+
+    needs_model = True  # whether the context is applied to the trainer's model
 
     def __init__(self) -> None:
         self._stack = ExitStack()
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._stack.enter_context(completion_tokens_only())
+    def context(self, model: Any) -> AbstractContextManager:
+        raise NotImplementedError
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is None and self.needs_model:
+            name = type(self).__name__
+            raise ValueError(f"{name} needs the trainer's model; pass it in GRPOTrainer(callbacks=[...]).")
+        self._stack.close()  # a run that ended without on_train_end (interrupted) leaves nothing to the next
+        self._stack.enter_context(self.context(model))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._stack.close()
+
+
+class CompletionOnlyScoring(DuringTraining):
+    """A trainer callback: :func:`completion_tokens_only` from the start of training to its end."""
+
+    needs_model = False
+
+    def context(self, model: Any) -> AbstractContextManager:
+        return completion_tokens_only()
 
 
 def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -148,19 +166,11 @@ def prefix_read_once(model: Any) -> Iterator[None]:
         backbone.__dict__.pop("forward", None)
 
 
-class SharedPrefixScoring(TrainerCallback):
+class SharedPrefixScoring(DuringTraining):
     """A trainer callback: :func:`prefix_read_once` on the trainer's model from the start of training to its end."""
 
-    def __init__(self) -> None:
-        self._stack = ExitStack()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None:
-            raise ValueError("SharedPrefixScoring needs the trainer's model; pass it in GRPOTrainer(callbacks=[...]).")
-        self._stack.enter_context(prefix_read_once(model))
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._stack.close()
+    def context(self, model: Any) -> AbstractContextManager:
+        return prefix_read_once(model)
 
 
 def decoder_layers(model: Any) -> list[torch.nn.Module]:
@@ -210,14 +220,16 @@ class SampledLayerInputs:
         if self.calls is not None and positions is not None:
             self.calls.append((positions, hidden))
 
-    def keep(self, sequences: torch.Tensor, prompt_mask: torch.Tensor | None) -> None:
+    def keep(self, sequences: torch.Tensor | None, prompt_mask: torch.Tensor | None) -> None:
         """Lay the recorded calls out as (rows, positions, hidden size) for ``sequences``, the rows sampled.
 
         Kept only if every prompt token is real (no left padding: each position is then the token's column) and
         every call's rows are the sampled rows or one row per equal group of them. Otherwise nothing is kept.
         """
         calls, self.calls, self.hidden = self.calls or [], None, None
-        if not calls or prompt_mask is None or not bool(prompt_mask.all()) or sequences.dim() != 2:
+        if not calls or sequences is None or sequences.dim() != 2:
+            return
+        if prompt_mask is None or not bool(prompt_mask.all()):
             return
         rows, columns = sequences.shape
         hidden = torch.zeros(rows, columns, calls[0][1].shape[-1], dtype=calls[0][1].dtype)
@@ -225,10 +237,9 @@ class SampledLayerInputs:
         for positions, states in calls:
             if rows % states.shape[0] or int(positions.max()) >= columns:
                 return
-            row_index = torch.arange(rows).view(states.shape[0], -1)  # each call row stands for a run of rows
-            for copy in range(row_index.shape[1]):
-                at = row_index[:, copy : copy + 1], positions.expand(states.shape[0], -1)
-                hidden[at], filled[at] = states, True
+            run = rows // states.shape[0]  # each row of the call stands for a run of sampled rows (a group)
+            at = torch.arange(rows)[:, None], positions.expand(states.shape[0], -1).repeat_interleave(run, 0)
+            hidden[at], filled[at] = states.repeat_interleave(run, 0), True
         self.sequences, self.hidden, self.filled = sequences, hidden, filled
 
     def rows_for(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor | None:
@@ -268,14 +279,10 @@ def _recording_generate(generate: Callable[..., Any], inputs: SampledLayerInputs
     inputs.calls = []
     try:
         output = generate(*args, **kwargs)
-    except BaseException:
-        inputs.calls = None
-        raise
-    sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
-    if sequences is None:
-        inputs.calls = None
-    else:
+        sequences = output if isinstance(output, torch.Tensor) else getattr(output, "sequences", None)
         inputs.keep(sequences, kwargs.get("attention_mask"))
+    finally:
+        inputs.calls = None  # a call that failed records nothing either
     return output
 
 
@@ -350,19 +357,8 @@ def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
             model.generate = own_generate
 
 
-class FrozenLayersFromSampling(TrainerCallback):
+class FrozenLayersFromSampling(DuringTraining):
     """A trainer callback: :func:`frozen_layers_from_sampling` on the trainer's model for the length of training."""
 
-    def __init__(self) -> None:
-        self._stack = ExitStack()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None:
-            raise ValueError(
-                "FrozenLayersFromSampling needs the trainer's model; pass it in GRPOTrainer(callbacks=[...])."
-            )
-        self._stack.close()
-        self._stack.enter_context(frozen_layers_from_sampling(model))
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._stack.close()
+    def context(self, model: Any) -> AbstractContextManager:
+        return frozen_layers_from_sampling(model)

@@ -241,6 +241,10 @@ def adapters_beside_the_base(model: Any) -> Iterator[list[torch.nn.Module]]:
             layer.__dict__.pop("forward", None)
 
 
+def _base(module: Any) -> Any:
+    return module.get_base_layer() if lora_layers(module) else module
+
+
 def _stacked_adapters(modules: list[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The adapters of layers that read one input, as one pair: their ``A.T`` side by side, ``scaling * B.T``
     block-diagonal (zero elsewhere), so ``(x @ down) @ up`` is every layer's adapter output, stacked like their
@@ -248,7 +252,7 @@ def _stacked_adapters(modules: list[Any]) -> tuple[torch.Tensor, torch.Tensor] |
     pairs = [adapter_products(m) if lora_layers(m) else [] for m in modules]
     if not any(pairs):
         return None
-    sizes = [(m.get_base_layer() if lora_layers(m) else m).out_features for m in modules]
+    sizes = [_base(m).out_features for m in modules]
     down = torch.cat([d for layer_pairs in pairs for d, _ in layer_pairs], dim=1)
     up = down.new_zeros(down.shape[1], sum(sizes))
     row, column = 0, 0
@@ -297,10 +301,6 @@ def _one_token_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: A
 
 
 LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def _base(module: Any) -> Any:
-    return module.get_base_layer() if lora_layers(module) else module
 
 
 def stacked_groups(layer: Any) -> dict[str, list[Any]] | None:

@@ -359,3 +359,11 @@ def test_the_frozen_layers_callback_applies_it_for_the_length_of_training():
 def test_the_cpu_profiles_take_the_frozen_layers_from_sampling(name, expected):
     names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
     assert ("FrozenLayersFromSampling" in names) is expected
+
+
+def test_a_run_that_never_ended_leaves_nothing_to_the_next():
+    model, callback = lora_model(), cs.SharedPrefixScoring()
+    callback.on_train_begin(None, None, None, model=model)
+    callback.on_train_begin(None, None, None, model=model)  # the first run was interrupted: no on_train_end
+    callback.on_train_end(None, None, None)
+    assert "forward" not in cs.decoder_backbone(model).__dict__
