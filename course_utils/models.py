@@ -19,9 +19,10 @@ import json
 import shutil
 import struct
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,26 @@ def cached_model_problem(folder: Path | None = None) -> str | None:
     return safetensors_problem(folder / "model.safetensors")
 
 
+@contextmanager
+def gguf_read_once() -> Iterator[None]:
+    """Inside: ``gguf``'s file reader and tensor-name map are built once per argument, not once per use.
+
+    transformers reads the GGUF file anew for the tokenizer, the config and the weights (its 49,152-entry
+    vocabulary parsed field by field each time), and builds the tensor-name map again for every module it
+    places (about 400 times): most of a conversion's minute, for the same answers. Both are read-only here.
+    """
+    import gguf
+
+    originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+    try:
+        for name, original in originals.items():
+            setattr(gguf, name, cache(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(gguf, name, original)
+
+
 def materialize_offline_model(force: bool = False) -> Path:
     """Turn the GGUF file into a plain transformers model folder, once; return that folder.
 
@@ -121,8 +142,9 @@ def materialize_offline_model(force: bool = False) -> Path:
 
     source = gguf_path()
     started = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    quantized = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    with gguf_read_once():
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        quantized = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     config = quantized.config
     config_dict = config.to_dict()
     config_dict.pop("quantization_config", None)

@@ -31,8 +31,8 @@ from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 from course_utils.cpu_allocator import reuse_freed_memory
 
 torch.manual_seed(0)
-hidden = torch.randn(400, 576, dtype=torch.bfloat16, requires_grad=True)
-weight = torch.randn(49_152, 576, dtype=torch.bfloat16) * 0.02
+hidden = torch.randn(400, 576, requires_grad=True)
+weight = torch.randn(49_152, 576) * 0.02
 targets = torch.randint(0, 49_152, (400,))
 
 def faults_of_one_call():

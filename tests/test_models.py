@@ -198,3 +198,14 @@ def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
     types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(models.gguf_path())).tensors)
     assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in models.GGUF_FILENAME
     assert "Q4_1" in models.model_source_description("ci")
+
+
+def test_gguf_read_once_reads_the_file_once_inside_and_restores_the_reader():
+    import gguf
+
+    originals = gguf.GGUFReader, gguf.get_tensor_name_map
+    with models.gguf_read_once():
+        assert gguf.GGUFReader.__wrapped__ is originals[0]  # one reader per file (parsing it takes seconds)
+        name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is name_map
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == originals
