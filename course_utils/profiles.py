@@ -160,13 +160,13 @@ PROFILES: dict[str, Profile] = {
         logging_steps=1,
         save_steps=2,  # one checkpoint, at the end: notebook 05's validation curve then evaluates two points
         train_size=32,
-        warm_start_examples=4,  # one SFT step of two micro-batches: the warm start's code path, not its effect
-        warm_start_batch_size=4,
+        warm_start_examples=2,  # one SFT step: the warm start's code path, not its effect
+        warm_start_batch_size=2,
         warm_start_learning_rate=1e-3,
         lr_scheduler_type="constant",
-        eval_size=8,
-        eval_batch_size=8,
-        eval_max_new_tokens=8,  # the evaluation path, not the scores: each new token reads every weight once
+        eval_size=4,  # the evaluation path, not the scores: each prompt and new token reads every weight once
+        eval_batch_size=4,
+        eval_max_new_tokens=8,
     ),
     "cpu": Profile(
         name="cpu",
