@@ -69,7 +69,7 @@ LIVE_PLAN: dict[str, dict[str, Any]] = {
         "seeds": (0,),
         "max_steps": 1,
         "hack_steps": 1,
-        "eval_size": 2,
+        "eval_size": 1,
     },
     "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 8, "hack_steps": 20, "eval_size": 20},
 }
