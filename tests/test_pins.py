@@ -36,16 +36,19 @@ def read_pins(text: str) -> dict[str, Version]:
     return pins
 
 
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
 def declared_requirements() -> list[Requirement]:
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    project = pyproject()
     extras = project["optional-dependencies"]
     return [Requirement(r) for r in project["dependencies"] + extras["dev"] + extras["gpu"]]
 
 
 def gpu_only_packages() -> set[str]:
     """The ``gpu`` extra's packages, which ``make setup`` installs only where nvidia-smi lists a GPU."""
-    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    return {canonical(Requirement(r).name) for r in extras["gpu"]}
+    return {canonical(Requirement(r).name) for r in pyproject()["optional-dependencies"]["gpu"]}
 
 
 def environment_yml_pip_lines() -> list[str]:
