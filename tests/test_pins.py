@@ -102,12 +102,12 @@ def test_the_offline_model_wheel_is_pinned(pins):
 
 def test_installed_versions_match_the_pins(pins):
     """What `make` installed is what the file says: a mismatch means `make pins` was not run after an upgrade."""
-    wrong = {}
+    wrong, gpu_only = {}, gpu_only_packages()
     for name, version in pins.items():
         try:
             found = Version(metadata.version(name))
         except metadata.PackageNotFoundError:
-            if name not in gpu_only_packages():
+            if name not in gpu_only:
                 wrong[name] = "not installed"
             continue
         if Version(found.base_version) != version and found != version:
