@@ -31,7 +31,7 @@ import torch
 from peft import get_peft_model
 
 from course_utils.data import load_gsm8k
-from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, one_token_steps
+from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, lean_layers
 from course_utils.hardware import cpu_precision
 from course_utils.models import load_model_and_tokenizer
 from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
@@ -98,7 +98,7 @@ def main() -> None:
     kernels = {}
     if profile.group_generation:
         rows = len(inputs["input_ids"])
-        with torch.no_grad(), adapters_beside_the_base(lab_model) as idle, one_token_steps(lab_model, rows) as steps:
+        with torch.no_grad(), adapters_beside_the_base(lab_model) as idle, lean_layers(lab_model, rows) as steps:
             unpacked = [*idle, *steps.stood_for]  # the layers group generation packs alone, and its stacked products
             packed = [layer for layer in packable_layers(lab_model) if all(layer is not m for m in unpacked)]
             kernels = {**fastest_kernels(packed, rows), **steps.kernels}

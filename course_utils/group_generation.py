@@ -8,8 +8,10 @@ changes nothing in what is sampled:
 - each distinct prompt is read once, and its key/value cache is copied to the rows of its group;
 - the linear layers compute through weights packed once (:mod:`course_utils.packed_linear`); during training,
   where the base weights are frozen, their packs are kept from one call to the next (:class:`KeptPacks`);
-- each LoRA layer adds its adapters to the packed base product in fp32, in two ops per adapter
-  (:func:`adapters_beside_the_base`);
+- in each decoder layer, the layers that read one input are one stacked product (q/k/v, gate/up), the query and
+  key heads are rotated in one call, and an fp32 RMS norm is one op (:func:`lean_layers`);
+- fp32 LoRA adapters are merged into a packed copy of their base weights once per call, so a new token costs
+  one product per layer, not three; bf16 adapters are added beside the base product in fp32, as PEFT does;
 - attention for one new token reads each key/value head with its group of query heads as rows
   (:func:`grouped_query_sdpa`);
 - each token is drawn from the cumulative probabilities, one uniform number per row and step of a two-step
@@ -245,6 +247,29 @@ def _base(module: Any) -> Any:
     return module.get_base_layer() if lora_layers(module) else module
 
 
+def merges_into_a_copy(layer: Any) -> bool:
+    """Whether a plain LoRA layer's adapters go into a copy of its base weight for decoding: fp32 bases.
+
+    In fp32, ``x @ (W + s B A).T`` is ``x @ W.T + s (x @ A.T) @ B.T`` up to rounding, in one product per token
+    instead of three. A bf16 weight cannot hold so small an update, so bf16 bases keep their adapters beside.
+    """
+    return _base(layer).weight.dtype == torch.float32
+
+
+def merged_stack(modules: list[Any]) -> StackedLinear:
+    """The modules' base layers stacked by rows, each LoRA layer's active adapters added into its rows (W + s B A).
+
+    A copy: the model's own weights and adapters are left as they are.
+    """
+    stacked = StackedLinear([_base(m) for m in modules])
+    start = 0
+    for module, size in zip(modules, stacked.sizes, strict=True):
+        for down, up in adapter_products(module) if lora_layers(module) else []:
+            stacked.weight[start : start + size].addmm_(up.t(), down.t())  # += (scaling * B) @ A
+        start += size
+    return stacked
+
+
 def _stacked_adapters(modules: list[Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The adapters of layers that read one input, as one pair: their ``A.T`` side by side, ``scaling * B.T``
     block-diagonal (zero elsewhere), so ``(x @ down) @ up`` is every layer's adapter output, stacked like their
@@ -273,45 +298,53 @@ def _stacked_step(product: Callable[..., torch.Tensor], adapters: Any, x: torch.
     return total.to(base.dtype)
 
 
-def _one_token_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-    """A decoder layer's step for one new token per row; anything else runs the layer's own forward."""
+def _lean_layer(layer: Any, stacks: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """A decoder layer's forward through its stacked products (the shared prompt, then one new token per row);
+    anything else runs the layer's own forward."""
     hidden = args[0] if args else kwargs["hidden_states"]
     cache, embeddings = kwargs.get("cache"), kwargs.get("position_embeddings")
-    attention, mlp, rows = layer.self_attn, layer.mlp, hidden.shape[0]
+    attention, (rows, tokens) = layer.self_attn, hidden.shape[:2]
     plain_call = len(args) <= 1 and cache is not None and embeddings is not None
     # hooks on the attention module (transformers' output_attentions) or dropout need the module's own forward
     plain_attention = not (attention._forward_hooks or attention._forward_pre_hooks) and not (
         attention.training and getattr(attention, "attention_dropout", 0.0)
     )
-    one_token_per_row = hidden.shape[1] == 1 and rows == stacks["rows"]  # the rows the products are packed for
-    if not (one_token_per_row and plain_call and plain_attention) or torch.is_autocast_enabled(hidden.device.type):
+    packed_for = stacks["any_rows"] or (rows == stacks["rows"] and tokens == 1)  # the rows the products take
+    if not (packed_for and plain_call and plain_attention) or torch.is_autocast_enabled(hidden.device.type):
         return type(layer).forward(layer, *args, **kwargs)
-    x = layer.input_layernorm(hidden).view(rows, -1)
-    query, key, value = _stacked_step(*stacks["qkv"], x).split(stacks["qkv_sizes"], dim=1)
-    heads = (rows, 1, -1, attention.head_dim)
-    query, key, value = (t.view(heads).transpose(1, 2) for t in (query, key, value))
-    query, key = stacks["rotary"](query, key, *embeddings)
+    dim, (query_heads, key_heads) = attention.head_dim, stacks["heads"]
+    qkv = _stacked_step(*stacks["qkv"], stacks["input_norm"](hidden).view(rows * tokens, -1)).view(rows, tokens, -1)
+    query_and_key = qkv[..., : (query_heads + key_heads) * dim].view(rows, tokens, -1, dim).transpose(1, 2)
+    rotated, _ = stacks["rotary"](query_and_key, stacks["no_heads"], *embeddings)  # q and k heads in one call
+    query, key = rotated.split([query_heads, key_heads], dim=1)
+    value = qkv[..., (query_heads + key_heads) * dim :].view(rows, tokens, -1, dim).transpose(1, 2)
     key, value = cache.update(key, value, attention.layer_idx)
-    attend = stacks["attend"]
-    output, _ = attend(attention, query, key, value, kwargs.get("attention_mask"), scaling=attention.scaling)
-    hidden = hidden + attention.o_proj(output.reshape(rows, 1, -1))
-    x = layer.post_attention_layernorm(hidden).view(rows, -1)
+    output, _ = stacks["attend"](attention, query, key, value, kwargs.get("attention_mask"), scaling=attention.scaling)
+    hidden = hidden + _stacked_step(*stacks["o"], output.reshape(rows * tokens, -1)).view(rows, tokens, -1)
+    x = stacks["post_attention_norm"](hidden).view(rows * tokens, -1)
     gate, up = _stacked_step(*stacks["gate_up"], x).split(stacks["gate_up_sizes"], dim=1)
-    return hidden + mlp.down_proj((mlp.act_fn(gate) * up).view(rows, 1, -1))
+    return hidden + _stacked_step(*stacks["down"], layer.mlp.act_fn(gate) * up).view(rows, tokens, -1)
 
 
 LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 def stacked_groups(layer: Any) -> dict[str, list[Any]] | None:
-    """A Llama-like decoder layer's modules that read one input: q/k/v, and gate/up; None for a layer of another
-    shape, with a base that is not a plain linear layer, or with adapters of another kind than plain LoRA."""
+    """A Llama-like decoder layer's linear modules by the input they read: q/k/v, o, gate/up and down; None for a
+    layer of another shape, with a base that is not a plain linear layer, or with adapters other than plain LoRA."""
     attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     if attention is None or mlp is None or not all(hasattr(attention, name) for name in LLAMA_LIKE):
         return None
     if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
         return None
-    groups = {"qkv": [attention.q_proj, attention.k_proj, attention.v_proj], "gate_up": [mlp.gate_proj, mlp.up_proj]}
+    if not all(hasattr(layer, name) for name in ("input_layernorm", "post_attention_layernorm")):
+        return None
+    groups = {
+        "qkv": [attention.q_proj, attention.k_proj, attention.v_proj],
+        "o": [attention.o_proj],
+        "gate_up": [mlp.gate_proj, mlp.up_proj],
+        "down": [mlp.down_proj],
+    }
     modules = [m for group in groups.values() for m in group]
     if any(lora_layers(m) and not plain_lora(m) for m in modules):
         return None
@@ -324,25 +357,58 @@ def stacked_groups(layer: Any) -> dict[str, list[Any]] | None:
     return groups
 
 
-def one_token_stacks(
+def one_op_norm(norm: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``norm`` as the single op ``F.rms_norm`` where that is what it computes on fp32 (Llama's RMSNorm takes 7
+    ops), checked on a probe; otherwise the module itself."""
+    weight, eps = getattr(norm, "weight", None), getattr(norm, "variance_epsilon", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or weight.dtype != torch.float32 or eps is None:
+        return norm
+    if norm._forward_hooks or norm._forward_pre_hooks:
+        return norm
+    fused = partial(F.rms_norm, normalized_shape=(weight.shape[0],), weight=weight.detach(), eps=eps)
+    probe = torch.randn(2, weight.shape[0], generator=torch.Generator().manual_seed(0))  # not the sampling RNG
+    return fused if torch.allclose(fused(probe), norm(probe), rtol=1e-5, atol=1e-6) else norm
+
+
+def group_product(
+    kernel: str, group: list[Any], rows: int, keep: KeptPacks | None
+) -> tuple[Callable[..., torch.Tensor], tuple[torch.Tensor, torch.Tensor] | None]:
+    """A group's stacked product through ``kernel``, packed for ``rows`` rows, and the adapters to add to it.
+
+    With fp32 adapters, the merged weights are packed and nothing is added (:func:`merges_into_a_copy`); without
+    adapters, frozen weights reuse the pack kept in ``keep``; bf16 adapters are added beside the base product.
+    """
+    bases = [_base(m) for m in group]
+    adapted = [m for m in group if lora_layers(m)]
+    if adapted and merges_into_a_copy(adapted[0]):
+        return pack_stacked(kernel, merged_stack(group), rows), None
+    if keep is not None and all(keep.keeps(base) for base in bases):
+        return keep.stacked_product(kernel, bases, rows), _stacked_adapters(group)
+    return pack_stacked(kernel, StackedLinear(bases), rows), _stacked_adapters(group)
+
+
+def lean_stacks(
     layer: Any, groups: dict[str, list[Any]], kernels: dict[str, str], rows: int, keep: KeptPacks | None
 ) -> dict[str, Any]:
-    """What :func:`_one_token_layer` needs for ``layer``: each group's stacked product through its kernel, packed
-    for ``rows`` rows (kept in ``keep`` when its weights are frozen), with its adapters."""
+    """What :func:`_lean_layer` needs for ``layer``: each group's product (:func:`group_product`), the
+    norms, the model's rotary embedding and attention, and the head counts."""
     attention = layer.self_attn
     stacks: dict[str, Any] = {
         "rows": rows,
         "rotary": sys.modules[type(attention).__module__].apply_rotary_pos_emb,
         "attend": ALL_ATTENTION_FUNCTIONS[attention.config._attn_implementation],
+        "input_norm": one_op_norm(layer.input_layernorm),
+        "post_attention_norm": one_op_norm(layer.post_attention_layernorm),
     }
     for name, group in groups.items():
-        bases = [_base(m) for m in group]
-        if keep is not None and all(keep.keeps(base) for base in bases):
-            product = keep.stacked_product(kernels[name], bases, rows)
-        else:
-            product = pack_stacked(kernels[name], StackedLinear(bases), rows)
-        stacks[name] = (product, _stacked_adapters(group))
-        stacks[f"{name}_sizes"] = [base.out_features for base in bases]
+        stacks[name] = group_product(kernels[name], group, rows, keep)
+        stacks[f"{name}_sizes"] = [_base(m).out_features for m in group]
+    query_size, key_size, _ = stacks["qkv_sizes"]
+    stacks["heads"] = (query_size // attention.head_dim, key_size // attention.head_dim)
+    dtype = _base(groups["qkv"][0]).weight.dtype
+    stacks["no_heads"] = torch.empty(1, 0, 1, attention.head_dim, dtype=dtype)  # the rotary call's second input
+    # a stacked MKL product keeps no weight to compute other row counts with (pack_stacked); the others take any
+    stacks["any_rows"] = "mkl" not in kernels.values()
     return stacks
 
 
@@ -354,24 +420,26 @@ def decoder_layers_of(model: Any) -> list[Any]:
 
 
 @dataclass
-class OneTokenSteps:
-    """What :func:`one_token_steps` set up: the linear layers its stacked products stand for, and their kernels."""
+class LeanLayers:
+    """What :func:`lean_layers` set up: the linear layers its stacked products stand for, and their kernels."""
 
     stood_for: list[torch.nn.Module]
     kernels: dict[tuple[tuple[int, ...], torch.dtype], str]
 
 
 @contextmanager
-def one_token_steps(model: Any, rows: int, keep: KeptPacks | None = None) -> Iterator[OneTokenSteps]:
-    """Inside: each decoder layer computes a one-token step in fewer calls (:func:`_one_token_layer`).
+def lean_layers(model: Any, rows: int, keep: KeptPacks | None = None) -> Iterator[LeanLayers]:
+    """Inside: each decoder layer computes its forward in fewer calls (:func:`_lean_layer`).
 
-    The same operations as transformers' layer, in its order: q/k/v and gate/up each one stacked product (with
-    their adapters); the norms, rotary embedding, cache and attention the model's own. Only for calls of the
-    ``rows`` rows the products are packed for; other calls run the layer's own forward.
+    The same operations as transformers' layer, in its order: q/k/v, o, gate/up and down each one stacked
+    product packed for ``rows`` rows, with the adapters merged in (fp32) or added beside (bf16); the query and key
+    heads rotated in one call of the model's rotary embedding; fp32 RMS norms as one op; the cache and attention
+    the model's own. Any call of the products' rows and a plain cache runs so, the shared prompt's too (one new
+    token per row only, for a stacked MKL product); other calls run the layer's own forward.
     Yields the linear layers the stacked products stand for (which :func:`packed_linears` need not pack) and
     the kernels chosen for the stacked products.
     """
-    patched, steps = [], OneTokenSteps([], {})  # patched: (layer, the forward it had of its own, if any)
+    patched, steps = [], LeanLayers([], {})  # patched: (layer, the forward it had of its own, if any)
     layers = [(layer, groups) for layer in decoder_layers_of(model) if (groups := stacked_groups(layer)) is not None]
     try:
         with torch.no_grad():
@@ -379,9 +447,9 @@ def one_token_steps(model: Any, rows: int, keep: KeptPacks | None = None) -> Ite
             chosen = iter(stacked_kernels(bases, rows) if bases else [])
             for layer, groups in layers:
                 kernels = {name: next(chosen) for name in groups}
-                stacks = one_token_stacks(layer, groups, kernels, rows, keep)
+                stacks = lean_stacks(layer, groups, kernels, rows, keep)
                 patched.append((layer, layer.__dict__.get("forward")))
-                layer.forward = partial(_one_token_layer, layer, stacks)
+                layer.forward = partial(_lean_layer, layer, stacks)
                 for name, group in groups.items():
                     steps.stood_for.extend(_base(m) for m in group)
                     sizes = stacks[f"{name}_sizes"]
@@ -513,26 +581,29 @@ def grouped_query_decoding(model: Any) -> Iterator[None]:
 
 
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
-    """``generate(**kwargs)`` with each group's prompt read once, the weights packed, the adapters beside them.
+    """``generate(**kwargs)`` with each group's prompt read once, through packed weights with the adapters in.
 
-    It runs in ``torch.inference_mode``, which skips autograd's bookkeeping on every op (``no_grad`` still does
-    some), and returns normal tensors: the trainer computes gradients through the completions' token ids.
-    While a training run keeps packs on the model (:func:`keeping_frozen_packs`), frozen layers reuse theirs.
+    The weights are packed first, so the shared prompt reads them packed too. It runs in
+    ``torch.inference_mode``, which skips autograd's bookkeeping on every op (``no_grad`` still does some), and
+    returns normal tensors: the trainer computes gradients through the completions' token ids. While a training
+    run keeps packs on the model (:func:`keeping_frozen_packs`), frozen layers reuse theirs.
     """
     input_ids, attention_mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-    with torch.inference_mode(), adapters_beside_the_base(model) as idle, grouped_query_decoding(model):
+    rows = input_ids.shape[0] if input_ids is not None else 1
+    kept = getattr(model, KEPT_PACKS, None)
+    with (
+        torch.inference_mode(),
+        adapters_beside_the_base(model) as idle,
+        grouped_query_decoding(model),
+        lean_layers(model, rows, kept) as lean,
+        packed_linears(model, rows, skip=[*idle, *lean.stood_for], keep=kept),
+        sampling_by_inverse_cdf(),
+    ):
         if input_ids is not None and attention_mask is not None and not {"cache", "past_key_values"} & kwargs.keys():
             cache = shared_prompt_cache(model, input_ids, attention_mask)
             if cache is not None:
                 kwargs["cache"] = with_room(cache, 1 + (new_token_budget(model, kwargs) or input_ids.shape[1]))
-        rows = input_ids.shape[0] if input_ids is not None else 1
-        kept = getattr(model, KEPT_PACKS, None)
-        with (
-            one_token_steps(model, rows, kept) as steps,
-            packed_linears(model, rows, skip=[*idle, *steps.stood_for], keep=kept),
-            sampling_by_inverse_cdf(),
-        ):
-            output = generate(**kwargs)
+        output = generate(**kwargs)
     return normal_tensors(output)
 
 

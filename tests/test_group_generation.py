@@ -372,26 +372,49 @@ def test_a_model_on_another_attention_is_left_on_it():
     assert model.config._attn_implementation == "eager"
 
 
-def every_layer_packed(monkeypatch):
-    """Every layer computes through oneDNN's packed kernel, whatever this machine measures fastest."""
-    monkeypatch.setattr(pl, "fastest_kernels", lambda layers, rows: {
-        (tuple(layer.weight.shape), layer.weight.dtype): "mkldnn" for layer in layers
-    })
+def packing_kernel(dtype: torch.dtype) -> str:
+    """oneDNN's packed kernel, or plain ``F.linear`` for bf16 where this CPU has no packed bf16 kernel (AVX2)."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(4, 4, dtype=dtype), 2)
+    except RuntimeError:
+        return "linear"
+    return "mkldnn"
 
 
-def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(monkeypatch):
+def every_layer_packed(monkeypatch, kernel_for=packing_kernel):
+    """Every layer and stack computes through ``kernel_for(dtype)`` (oneDNN's packed kernel where this CPU has it),
+    whatever this machine measures fastest."""
+    def each_layer(layers, rows):
+        return {(tuple(layer.weight.shape), layer.weight.dtype): kernel_for(layer.weight.dtype) for layer in layers}
+
+    monkeypatch.setattr(pl, "fastest_kernels", each_layer)
+    monkeypatch.setattr(gg, "stacked_kernels", lambda groups, rows: [kernel_for(g[0].weight.dtype) for g in groups])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(dtype, monkeypatch):
     every_layer_packed(monkeypatch)
-    model = lora_model()
+    model = lora_model(dtype)
     callback = gg.GroupGeneration()
     callback.on_train_begin(None, None, None, model=model)
     kept = getattr(model, gg.KEPT_PACKS)
     inputs = grouped_prompts()
     first = generate(model, inputs, do_sample=False)
-    frozen = [layer for layer in pl.packable_layers(model) if not layer.weight.requires_grad]
+    groups = [group for layer in gg.decoder_layers_of(model) for group in gg.stacked_groups(layer).values()]
+    merged = [group for group in groups if dtype == torch.float32 and any(gg.lora_layers(m) for m in group)]
+    assert len(merged) == (4 if dtype == torch.float32 else 0), "fp32: q/k/v and gate/up have adapters to merge"
+    fresh = {id(gg._base(m)) for group in merged for m in group}  # packed again at each call, adapters merged in
+    in_groups = {id(gg._base(m)) for group in groups for m in group}
+    head_packed = packing_kernel(dtype) != "linear"  # F.linear needs no pack, so none is kept for the output head
+    frozen = [
+        layer
+        for layer in pl.packable_layers(model)
+        if not layer.weight.requires_grad and id(layer) not in fresh and (id(layer) in in_groups or head_packed)
+    ]
     stacked_members = [member for members, *_ in kept._stacks.values() for member in members]
     covered = [layer for layer, *_ in kept._kept.values()] + stacked_members
-    assert sorted(map(id, covered)) == sorted(map(id, frozen)), "every frozen layer's pack is kept (alone or stacked)"
-    assert len(kept) == len(frozen) - 3 * 2, "q/k/v and gate/up: one stacked pack each, in both layers"
+    assert sorted(map(id, covered)) == sorted(map(id, frozen)), "every other frozen layer's pack is kept"
+    assert len(kept) == len(groups) - len(merged) + head_packed, "one pack per group of each layer, and the head's"
     products, stacked = dict(kept._kept), dict(kept._stacks)
     assert torch.equal(generate(model, inputs, do_sample=False), first)
     assert all(kept._kept[key][3] is products[key][3] for key in products), "the second call packs nothing again"
@@ -517,45 +540,71 @@ def decode_calls(monkeypatch) -> list[int]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_token_steps_give_the_layers_own_logits(dtype, monkeypatch):
+def test_lean_layers_give_the_layers_own_logits(dtype, monkeypatch):
+    every_layer_packed(monkeypatch)
     inputs = grouped_prompts()
     model = gg.install(lora_model(dtype))
     calls = decode_calls(monkeypatch)
     lean = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
-    assert calls and all(tokens > 1 for tokens in calls), "the layers' own forward reads the prompt only"
-    monkeypatch.setattr(gg, "one_token_steps", lambda *args, **kwargs: contextlib.nullcontext(gg.OneTokenSteps([], {})))
+    assert calls == [], "the shared prompt and every new token run through the lean layers"
+    monkeypatch.setattr(gg, "lean_layers", lambda *args, **kwargs: contextlib.nullcontext(gg.LeanLayers([], {})))
     own = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
-    assert 1 in calls, "without one-token steps the layers' own forward decodes"
+    assert 1 in calls and calls[0] > 1, "without lean layers the layers' own forward reads the prompt and decodes"
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     for step, (expected, got) in enumerate(zip(own.logits, lean.logits, strict=True)):
         assert torch.allclose(got.float(), expected.float(), atol=tolerance), f"logits differ at new token {step}"
 
 
-def test_one_token_steps_leave_other_calls_and_layers_to_their_own_forward(monkeypatch):
+def test_lean_layers_leave_other_calls_and_layers_to_their_own_forward(monkeypatch):
+    every_layer_packed(monkeypatch)
     model = lora_model()
     layers = gg.decoder_layers_of(model)
     sentinel = layers[0].forward
     layers[0].forward = sentinel  # a forward of its own (the training pass's), given back on exit
-    dora = get_peft_model(build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1),
-                          LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    dora = get_peft_model(
+        build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1),
+        LoraConfig(r=4, target_modules=["q_proj"], use_dora=True),
+    )
     assert gg.stacked_groups(gg.decoder_layers_of(dora)[0]) is None, "DoRA: not plain LoRA"
     assert gg.stacked_groups(torch.nn.Linear(2, 2)) is None, "not a decoder layer"
     assert gg.decoder_layers_of(torch.nn.Linear(2, 2)) == []
-    with torch.no_grad(), gg.one_token_steps(model, rows=2) as steps:
-        assert len(steps.stood_for) == 5 * len(layers), "q, k, v, gate and up of every layer"
-        assert {shape for shape, _ in steps.kernels} == {(64, 32), (128, 32)}, "q/k/v and gate/up stacked"
+    with torch.no_grad(), gg.lean_layers(model, rows=2) as lean:
+        assert len(lean.stood_for) == 7 * len(layers), "q, k, v, o, gate, up and down of every layer"
+        intermediate = layers[0].mlp.down_proj.in_features
+        assert {shape for shape, _ in lean.kernels} == {(64, 32), (32, 32), (2 * intermediate, 32), (32, intermediate)}
         assert all("forward" in layer.__dict__ for layer in layers) and layers[0].forward is not sentinel
         calls = decode_calls(monkeypatch)
         ids = torch.tensor([[5, 17, 23], [5, 17, 23]])
-        model(input_ids=ids)  # a prompt of three tokens, no cache
+        model(input_ids=ids, use_cache=True)  # a prompt of three tokens: lean
+        model(input_ids=torch.tensor([[5], [17], [23]]), use_cache=True)  # 3 rows, not the 2 packed for: lean
+        assert calls == []
+        model(input_ids=ids, use_cache=False)  # no cache to write to
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(input_ids=ids[:, :1], use_cache=True)  # one token, under the trainer's autocast
-        model(input_ids=torch.tensor([[5], [17], [23]]), use_cache=True)  # 3 rows: not the 2 packed for
         handle = layers[1].self_attn.register_forward_hook(lambda *args: None)  # as output_attentions hooks it
         model(input_ids=ids[:, :1], use_cache=True)
         handle.remove()
-    assert calls == [3, 3, 1, 1, 1, 1, 1], "the other calls ran both layers' own forward, the last one layer 1's"
+    assert calls == [3, 3, 1, 1, 1], "the other calls ran both layers' own forward, the last one layer 1's"
     assert layers[0].__dict__["forward"] is sentinel and "forward" not in layers[1].__dict__
+
+
+def test_a_stacked_mkl_product_runs_only_the_rows_it_is_packed_for(monkeypatch):
+    if pl._seconds_for_one_pass("mkl", [torch.nn.Linear(32, 32)], rows=2) is None:
+        pytest.skip("MKL's packed kernel is not built into this torch")
+    every_layer_packed(monkeypatch, kernel_for=lambda dtype: "mkl")
+    model = lora_model()
+    calls = decode_calls(monkeypatch)
+    ids = torch.tensor([[5, 17, 23], [5, 17, 23]])
+    with torch.no_grad(), gg.lean_layers(model, rows=2):
+        own_prompt = model(input_ids=ids, use_cache=True)  # three tokens per row: the layers' own forward
+        assert calls == [3, 3]
+        step = model(input_ids=ids[:, 2:], past_key_values=copy.deepcopy(own_prompt.past_key_values), use_cache=True)
+        assert calls == [3, 3], "one new token for each of the 2 rows packed for: lean"
+        model(input_ids=torch.tensor([[5], [17], [23]]), use_cache=True)  # 3 rows: the stand-in weight cannot
+    assert calls == [3, 3, 1, 1]
+    with torch.no_grad():
+        reference = model(input_ids=torch.tensor([[5, 17, 23, 23], [5, 17, 23, 23]])).logits[:, -1]
+    assert torch.allclose(step.logits[:, -1], reference, atol=1e-4)
 
 
 def test_a_stacked_linear_holds_its_layers_weights_and_biases_by_rows():
