@@ -5,10 +5,13 @@ step is bound by how fast the weights stream from memory. torch's default produc
 weight out again on every call; oneDNN and MKL can reorder a weight once into the layout their kernels read
 best ("packing", as inductor's freezing does), and then reuse it at every token of a ``generate`` call.
 
-Which kernel streams fastest depends on the machine and the weight's shape (MKL on one CPU, oneDNN or plain
-``F.linear`` on another), so :func:`fastest_kernels` measures the candidates on the model's own weights, and keeps a
-candidate only if its output equals ``F.linear``'s. The choices are kept in the course's cache folder, per
-machine (CPU, kernels, torch, threads), so each notebook does not measure again.
+oneDNN offers two packed products: its linear layer, and the same product as a 1x1 convolution over the rows
+(``mkldnn_conv``), whose kernel reads the weight in blocks of 24 outputs. Which kernel streams fastest depends
+on the machine and the weight's shape (MKL on one CPU, either of oneDNN's or plain ``F.linear`` on another), so
+:func:`fastest_kernels` measures the candidates on the model's own weights, and keeps a candidate only if its
+output equals ``F.linear``'s (``make bench`` prints the choices as ``generate_linear_kernels``). The choices
+are kept in the course's cache folder, per machine (CPU, kernels, torch, threads), so each notebook does not
+measure again.
 
 Packing takes time too (oneDNN's or MKL's reorder of the 113 MB output head is most of it). During a LoRA training
 run the base weights never change, so :class:`KeptPacks` keeps their packed copies from one ``generate`` call to the
@@ -21,6 +24,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,7 +33,7 @@ import torch.nn.functional as F
 from course_utils.hardware import cpu_model_name, kernel_limits
 from course_utils.paths import cache_dir
 
-KERNELS = ("linear", "mkl", "mkldnn")
+KERNELS = ("linear", "mkl", "mkldnn", "mkldnn_conv")
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_CACHE_FILE = "packed_kernels.json"
 # Set on a model whose ``generate`` packs its own layers (course_utils.group_generation): packing around it again
@@ -75,7 +79,20 @@ def pack(kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
     if kernel == "mkldnn":
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
         return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if kernel == "mkldnn_conv":
+        size = [1, weight.shape[1], rows, 1]  # the image the pack is laid out for: one pixel per row
+        packed = torch.ops.mkldnn._reorder_convolution_weight(weight[:, :, None, None], [0, 0], [1, 1], [1, 1], 1, size)
+        return partial(_rows_as_pixels, packed, bias)
     raise ValueError(f"Unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}.")
+
+
+def _rows_as_pixels(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    """``x @ W.T + b`` as oneDNN's 1x1 convolution: the rows of ``x`` are the pixels of a one-column image whose
+    channels are the input features, laid out channels-last, so neither the input nor the output is copied."""
+    rows = x.reshape(-1, x.shape[-1])
+    image = rows.view(1, rows.shape[0], 1, rows.shape[1]).permute(0, 3, 1, 2)
+    out = torch.ops.mkldnn._convolution_pointwise(image, packed, bias, [0, 0], [1, 1], [1, 1], 1, "none", [], "")
+    return out.permute(0, 2, 3, 1).reshape(*x.shape[:-1], out.shape[1])
 
 
 def pack_stacked(kernel: str, stacked: StackedLinear, rows: int) -> Product:
@@ -137,10 +154,11 @@ def kernel_cache_path() -> Path:
 
 
 def machine_key() -> str:
-    """What a measured choice depends on besides the weight: CPU, kernel caps, torch build and thread count."""
+    """What a measured choice depends on besides the weight: CPU, kernel caps, torch build, thread count, and the
+    candidates measured (a choice made among fewer candidates is measured again)."""
     return (
         f"{cpu_model_name()} | {torch.backends.cpu.get_cpu_capability()} | kernel limits: {kernel_limits()} | "
-        f"torch {torch.__version__} | {torch.get_num_threads()} threads"
+        f"torch {torch.__version__} | {torch.get_num_threads()} threads | candidates: {', '.join(KERNELS)}"
     )
 
 

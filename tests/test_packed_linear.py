@@ -156,11 +156,13 @@ def test_a_saved_kernel_this_torch_does_not_have_is_measured_again(kernel_cache)
     assert json.loads(kernel_cache.read_text())[pl.machine_key()]["40x24 float32 3 rows"] in pl.KERNELS
 
 
-def test_the_machine_key_names_the_cpu_kernels_torch_and_threads(monkeypatch):
+def test_the_machine_key_names_the_cpu_kernels_torch_threads_and_candidates(monkeypatch):
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     key = pl.machine_key()
     assert cpu_model_name() in key and "ATEN_CPU_CAPABILITY=avx2" in key
     assert torch.__version__ in key and f"{torch.get_num_threads()} threads" in key
+    monkeypatch.setattr(pl, "KERNELS", ("linear", "mkldnn"))
+    assert pl.machine_key() != key, "a choice made among other candidates is not reused"
 
 
 def test_kept_packs_are_reused_until_the_weight_or_the_rows_change():
@@ -208,3 +210,15 @@ def test_a_model_computes_the_same_logits_with_kept_packs(dtype, monkeypatch):
                 packed = model(input_ids=ids).logits
             assert pl._same_product(packed, expected)
     assert len(kept) == (0 if kernel == "linear" else len(pl.packable_layers(model)))
+
+
+def test_the_convolution_kernel_keeps_the_shape_of_any_input():
+    layer = linear(torch.float32)
+    try:
+        product = pl.pack("mkldnn_conv", layer, rows=3)
+    except RuntimeError as error:
+        pytest.skip(f"oneDNN's convolution does not run here: {error}")
+    for x in (torch.randn(3, 1, 32), torch.randn(2, 5, 32), torch.randn(8, 64)[:, ::2], torch.randn(1, 32)):
+        got = product(x)
+        assert got.shape == (*x.shape[:-1], 48)
+        assert pl._same_product(got, F.linear(x, layer.weight, layer.bias))
