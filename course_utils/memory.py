@@ -219,9 +219,10 @@ class MemoryEstimate:
     accumulates_gradients: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
     vllm_gb: float = 0.0  # what a colocated vLLM reserves (its weights and KV cache) for generation
-    # group generation on a CPU without LoRA: packed copies of the (trained) weights, while sampling
+    # group generation on a CPU: packed copies made for one sampling call (the trained weights without LoRA, the
+    # layers with fp32 adapters merged in with LoRA)
     generation_copies_gb: float = 0.0
-    # group generation on a CPU with LoRA: packed copies of the frozen weights, kept for the whole training run
+    # group generation on a CPU with LoRA: packed copies of the other frozen weights, kept for the whole run
     kept_packs_gb: float = 0.0
     # freed memory the process keeps until the step ends (reuse_freed_memory): the training pass starts above it
     kept_after_generation_gb: float = 0.0
@@ -236,10 +237,10 @@ class MemoryEstimate:
     @property
     def total_gb(self) -> float:
         """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation
-        (its key/value cache, and on a CPU with group generation of a model without LoRA, the weights' packed
-        copies). With freed memory kept in the process until the step ends (``reuse_freed_memory``), those copies
-        still take their pages when the training pass starts: measured, the training pass does not reuse them.
-        With LoRA the packed copies of the frozen weights stay for the whole run (``kept_packs_gb``).
+        (its key/value cache, and on a CPU with group generation the packed copies made for the call). With freed
+        memory kept in the process until the step ends (``reuse_freed_memory``), those copies still take their
+        pages when the training pass starts: measured, the training pass does not reuse them. With LoRA the packed
+        copies of the frozen weights without adapters stay for the whole run (``kept_packs_gb``).
 
         Gradients are freed after each optimizer step (``zero_grad`` sets them to None), so without
         gradient accumulation they never meet the activations: by the end of the backward pass, the
@@ -257,6 +258,18 @@ class MemoryEstimate:
         row = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in asdict(self).items() if k not in skip}
         row["total_gb"] = round(self.total_gb, 2)
         return row
+
+
+# the linear layers that group generation computes as one stacked product (course_utils.group_generation)
+STACKED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"), ("down_proj",))
+
+
+def merged_group_parameters(spec: ModelSpec, target_modules: tuple[str, ...] | list[str]) -> int:
+    """Weights per decoder layer in the stacked groups that hold a LoRA target: the ones group generation packs
+    afresh, adapters merged in, at each call on fp32 weights."""
+    shapes = spec.module_shapes()
+    groups = [group for group in STACKED_GROUPS if set(group) & set(target_modules)]
+    return sum(shapes[name][0] * shapes[name][1] for group in groups for name in group)
 
 
 def _activation_values_per_token(spec: ModelSpec, gradient_checkpointing: bool, use_lora: bool = False) -> float:
@@ -330,7 +343,8 @@ def estimate_memory(
     ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
     (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
     ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head
-    (``course_utils.group_generation``); with LoRA those weights are frozen and the run keeps their packs.
+    (``course_utils.group_generation``); with LoRA the run keeps the packs of the frozen weights, and packs the
+    layers with fp32 adapters (merged in) afresh at each call.
     ``reuse_freed_memory``: the process keeps what it frees until the step ends (``course_utils.cpu_allocator``).
     """
     if dtype not in BYTES_PER_DTYPE:
@@ -402,7 +416,10 @@ def estimate_memory(
     if group_generation and device == "cpu" and not load_in_4bit:
         packs = (spec.linear_parameters + spec.vocab_size * spec.hidden_size) * width
         if use_lora:
-            kept_packs = packs  # the base weights are frozen: a training run keeps their packs between calls
+            # fp32 adapters are merged into fresh packs of their layers' groups at each call; every other weight
+            # is frozen, and a training run keeps its pack between calls
+            merged = merged_group_parameters(spec, lora_target_modules) * trained_layers * width if width == 4 else 0
+            generation_copies, kept_packs = merged, packs - merged
         else:
             generation_copies = packs
     return MemoryEstimate(

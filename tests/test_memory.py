@@ -19,6 +19,7 @@ from course_utils.memory import (
     measure_grpo_step_peak,
     measure_logprob_workspace,
     memory_table,
+    merged_group_parameters,
     peak_rss_gb,
     smollm2_spec,
     spec_from_config,
@@ -174,14 +175,27 @@ def test_group_generation_counts_the_packed_weight_copies_and_what_the_heap_keep
     settings = {"device": "cpu", "dtype": "float32"}
     spec, targets = QWEN25_05B, ("q_proj", "v_proj")
     packs = 4 * (spec.linear_parameters + spec.vocab_size * spec.hidden_size)
+    h, kv = spec.hidden_size, spec.kv_dim
+    merged = 4 * 12 * h * (spec.num_heads * spec.dim_per_head + 2 * kv)  # q/k/v of the 12 adapted layers
+    assert merged_group_parameters(spec, targets) * 4 * 12 == merged
     lora = {"use_lora": True, "lora_top_layers": 12, "lora_target_modules": targets}
     plain = estimate_memory(spec, **lora, **settings)
     grouped = estimate_memory(spec, group_generation=True, **lora, **settings)
-    assert grouped.kept_packs_gb * GB == pytest.approx(packs), "LoRA: the frozen weights' packs stay for the run"
-    assert grouped.generation_copies_gb == 0 and plain.kept_packs_gb == plain.generation_copies_gb == 0
-    assert grouped.total_gb == pytest.approx(plain.total_gb + packs / GB)
+    assert grouped.kept_packs_gb * GB == pytest.approx(packs - merged), "LoRA: the other frozen packs stay"
+    assert grouped.generation_copies_gb * GB == pytest.approx(merged), "fp32 adapters: merged into fresh packs"
+    assert plain.kept_packs_gb == plain.generation_copies_gb == 0
+    assert grouped.total_gb == pytest.approx(
+        plain.total_gb + (packs - merged) / GB
+        - max(plain.training_phase_gb, plain.gradients_gb, plain.kv_cache_gb)
+        + max(plain.training_phase_gb, plain.gradients_gb, plain.kv_cache_gb + merged / GB)
+    )
     kept = estimate_memory(spec, group_generation=True, reuse_freed_memory=True, **lora, **settings)
-    assert kept.kept_after_generation_gb == 0 and kept.total_gb == pytest.approx(grouped.total_gb)
+    assert kept.kept_after_generation_gb == grouped.generation_copies_gb, "the heap keeps the merged packs' pages"
+    assert kept.total_gb == pytest.approx(plain.total_gb + packs / GB)
+    bf16 = estimate_memory(spec, group_generation=True, **lora, device="cpu", dtype="bfloat16")
+    assert bf16.generation_copies_gb == 0 and bf16.kept_packs_gb * GB == pytest.approx(packs / 2), "bf16: all kept"
+    every_group = ("q_proj", "o_proj", "up_proj", "down_proj")
+    assert merged_group_parameters(spec, every_group) * spec.num_layers == spec.linear_parameters
 
     full = estimate_memory(spec, use_lora=False, **settings)
     sampled = estimate_memory(spec, use_lora=False, group_generation=True, **settings)
