@@ -42,6 +42,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from course_utils.packed_linear import (
     GENERATE_PACKS_ITSELF,
+    ROWS_ONLY_WHEN_STACKED,
     KeptPacks,
     StackedLinear,
     pack_stacked,
@@ -407,8 +408,7 @@ def lean_stacks(
     stacks["heads"] = (query_size // attention.head_dim, key_size // attention.head_dim)
     dtype = _base(groups["qkv"][0]).weight.dtype
     stacks["no_heads"] = torch.empty(1, 0, 1, attention.head_dim, dtype=dtype)  # the rotary call's second input
-    # a stacked MKL product keeps no weight to compute other row counts with (pack_stacked); the others take any
-    stacks["any_rows"] = "mkl" not in kernels.values()
+    stacks["any_rows"] = not set(ROWS_ONLY_WHEN_STACKED) & set(kernels.values())  # see pack_stacked
     return stacks
 
 
@@ -435,7 +435,7 @@ def lean_layers(model: Any, rows: int, keep: KeptPacks | None = None) -> Iterato
     product packed for ``rows`` rows, with the adapters merged in (fp32) or added beside (bf16); the query and key
     heads rotated in one call of the model's rotary embedding; fp32 RMS norms as one op; the cache and attention
     the model's own. Any call of the products' rows and a plain cache runs so, the shared prompt's too (one new
-    token per row only, for a stacked MKL product); other calls run the layer's own forward.
+    token per row only, where a stacked product takes only its rows); other calls run the layer's own forward.
     Yields the linear layers the stacked products stand for (which :func:`packed_linears` need not pack) and
     the kernels chosen for the stacked products.
     """

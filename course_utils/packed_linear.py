@@ -80,10 +80,39 @@ def pack(kernel: str, layer: torch.nn.Linear, rows: int) -> Product:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
         return lambda x: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     if kernel == "mkldnn_conv":
-        size = [1, weight.shape[1], rows, 1]  # the image the pack is laid out for: one pixel per row
-        packed = torch.ops.mkldnn._reorder_convolution_weight(weight[:, :, None, None], [0, 0], [1, 1], [1, 1], 1, size)
-        return partial(_rows_as_pixels, packed, bias)
+        # oneDNN lays an image of another size out again at every call: those go to F.linear on the weight itself
+        return partial(_rows_as_pixels_or_linear, _conv_pack(weight, rows), weight, bias, rows)
     raise ValueError(f"Unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}.")
+
+
+def _conv_pack(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    """``weight`` laid out for oneDNN's 1x1 convolution over an image of ``rows`` pixels (one per row)."""
+    size = [1, weight.shape[1], rows, 1]
+    return torch.ops.mkldnn._reorder_convolution_weight(weight[:, :, None, None], [0, 0], [1, 1], [1, 1], 1, size)
+
+
+def _rows_of(x: torch.Tensor) -> int:
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+def _rows_as_pixels_or_linear(
+    packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rows: int, x: torch.Tensor
+) -> torch.Tensor:
+    return _rows_as_pixels(packed, bias, x) if _rows_of(x) == rows else F.linear(x, weight, bias)
+
+
+def _only_rows(product: Product, rows: int, kernel: str) -> Product:
+    """``product`` for inputs of exactly ``rows`` rows; other inputs get a clear error, not a wrong result."""
+
+    def checked(x: torch.Tensor) -> torch.Tensor:
+        if _rows_of(x) != rows:
+            raise ValueError(
+                f"This stacked {kernel} product is packed for {rows} rows, got {_rows_of(x)}: it keeps no weight to "
+                f"compute other row counts with; use it only for inputs of {rows} rows (or another kernel)."
+            )
+        return product(x)
+
+    return checked
 
 
 def _rows_as_pixels(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -95,17 +124,24 @@ def _rows_as_pixels(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Te
     return out.permute(0, 2, 3, 1).reshape(*x.shape[:-1], out.shape[1])
 
 
-def pack_stacked(kernel: str, stacked: StackedLinear, rows: int) -> Product:
-    """``stacked``'s product through ``kernel``, for inputs of exactly ``rows`` rows (the caller checks).
+# kernels whose stacked product computes only the rows it is packed for (pack_stacked keeps no stacked weight)
+ROWS_ONLY_WHEN_STACKED = ("mkl", "mkldnn_conv")
 
-    The packed kernels keep no stacked copy of the weights besides their pack: MKL reads its original weight only
-    for inputs of another row count, so it gets a stand-in of the right shape that takes no memory.
+
+def pack_stacked(kernel: str, stacked: StackedLinear, rows: int) -> Product:
+    """``stacked``'s product through ``kernel``, packed for inputs of ``rows`` rows.
+
+    The packed kernels keep no stacked copy of the weights besides their pack. MKL and the 1x1 convolution need
+    the plain weight for inputs of another row count, so their stacked products take exactly ``rows`` rows
+    (``ROWS_ONLY_WHEN_STACKED``; other inputs raise); oneDNN's linear layer and ``F.linear`` take any.
     """
-    if kernel != "mkl":
-        return pack(kernel, stacked, rows)
-    packed = torch.ops.mkl._mkl_reorder_linear_weight(stacked.weight, rows)
-    stand_in, bias = stacked.weight.new_zeros(()).expand(stacked.weight.shape), stacked.bias
-    return lambda x: torch.ops.mkl._mkl_linear(x, packed, stand_in, bias, rows)
+    if kernel == "mkl":
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(stacked.weight, rows)
+        stand_in, bias = stacked.weight.new_zeros(()).expand(stacked.weight.shape), stacked.bias
+        return _only_rows(lambda x: torch.ops.mkl._mkl_linear(x, packed, stand_in, bias, rows), rows, kernel)
+    if kernel == "mkldnn_conv":
+        return _only_rows(partial(_rows_as_pixels, _conv_pack(stacked.weight, rows), stacked.bias), rows, kernel)
+    return pack(kernel, stacked, rows)
 
 
 def packable_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:

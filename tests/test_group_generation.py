@@ -588,10 +588,11 @@ def test_lean_layers_leave_other_calls_and_layers_to_their_own_forward(monkeypat
     assert layers[0].__dict__["forward"] is sentinel and "forward" not in layers[1].__dict__
 
 
-def test_a_stacked_mkl_product_runs_only_the_rows_it_is_packed_for(monkeypatch):
-    if pl._seconds_for_one_pass("mkl", [torch.nn.Linear(32, 32)], rows=2) is None:
-        pytest.skip("MKL's packed kernel is not built into this torch")
-    every_layer_packed(monkeypatch, kernel_for=lambda dtype: "mkl")
+@pytest.mark.parametrize("kernel", pl.ROWS_ONLY_WHEN_STACKED)
+def test_a_stacked_product_of_a_rows_only_kernel_runs_only_the_rows_it_is_packed_for(kernel, monkeypatch):
+    if pl._seconds_for_one_pass(kernel, [torch.nn.Linear(32, 32)], rows=2) is None:
+        pytest.skip(f"{kernel} is not built into this torch")
+    every_layer_packed(monkeypatch, kernel_for=lambda dtype: kernel)
     model = lora_model()
     calls = decode_calls(monkeypatch)
     ids = torch.tensor([[5, 17, 23], [5, 17, 23]])
@@ -666,3 +667,15 @@ def test_stacked_kernels_measure_each_stacked_shape_once(monkeypatch, tmp_path):
 
     monkeypatch.setattr(pl, "StackedLinear", no_copies)
     assert pl.stacked_kernels(groups, rows=4) == kernels
+
+
+@pytest.mark.parametrize("kernel", pl.ROWS_ONLY_WHEN_STACKED)
+def test_a_rows_only_stacked_product_refuses_other_row_counts(kernel):
+    stacked = pl.StackedLinear([torch.nn.Linear(16, 12), torch.nn.Linear(16, 4)])
+    try:
+        product = pl.pack_stacked(kernel, stacked, rows=4)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        pytest.skip(f"{kernel} is not built into this torch")
+    assert product(torch.randn(4, 16)).shape == (4, 16)
+    with pytest.raises(ValueError, match="packed for 4 rows, got 3"):
+        product(torch.randn(3, 16))
