@@ -63,15 +63,24 @@ CURVE_METRICS = (
 TABLE_METRICS = ("final_reward", "strict_format", "accuracy")
 # How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
 LIVE_PLAN: dict[str, dict[str, Any]] = {
-    # ci: the baseline, a masked loss and an off-policy sequence-level one (TRL's distinct paths), one step each
+    # ci: the baseline, a masked loss and an off-policy sequence-level one (TRL's distinct paths), one step each, on
+    # one group of two completions of 8 tokens ("fields", added to every live run): the paths run, in seconds
     "ci": {
         "variants": ("dapo", "mask_truncated", "gspo"),
         "seeds": (0,),
         "max_steps": 1,
         "hack_steps": 1,
         "eval_size": 1,
+        "fields": {"per_device_train_batch_size": 2, "max_completion_length": 8},
     },
-    "cpu": {"variants": ("dapo", "dr_grpo"), "seeds": (0, 1), "max_steps": 8, "hack_steps": 20, "eval_size": 20},
+    "cpu": {
+        "variants": ("dapo", "dr_grpo"),
+        "seeds": (0, 1),
+        "max_steps": 8,
+        "hack_steps": 20,
+        "eval_size": 20,
+        "fields": {},
+    },
 }
 
 
@@ -132,9 +141,11 @@ def starting_model(profile: Profile | str | None = None) -> StartingPoint:
 
 
 def live_plan(profile: Profile | str | None = None) -> dict[str, Any]:
-    """What notebook 07 trains live under ``profile``: variants, seeds and steps (GPU profiles run the cpu plan)."""
+    """What notebook 07 trains live under ``profile``: variants, seeds, steps, and the ``GRPOConfig`` fields every
+    live run adds (GPU profiles run the cpu plan)."""
     p = get_profile(profile)
-    return dict(LIVE_PLAN["ci" if p.name.startswith("ci") else "cpu"])
+    plan = copy.deepcopy(LIVE_PLAN["ci" if p.name.startswith("ci") else "cpu"])
+    return plan
 
 
 def run_variant(

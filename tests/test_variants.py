@@ -45,7 +45,17 @@ def test_live_plan_covers_trls_distinct_paths_under_ci_and_a_seeded_slice_elsewh
     assert any(fields.get("importance_sampling_level") == "sequence" for fields in ci)
     cpu = variants.live_plan("cpu")
     assert len(cpu["seeds"]) >= 2 and set(cpu["variants"]) <= set(variants.VARIANTS)
+    assert cpu["fields"] == {}, "the cpu lab's live runs train with the profile's own sizes"
     assert variants.live_plan("gpu") == cpu
+
+
+def test_the_ci_plans_fields_are_real_config_fields_that_shrink_each_run(tmp_path):
+    plan, profile = variants.live_plan("ci"), variants.get_profile("ci")
+    config = make_grpo_config(profile, tmp_path, **variants.VARIANTS["gspo"], **plan["fields"])
+    assert config.per_device_train_batch_size == config.num_generations < profile.per_device_train_batch_size
+    assert config.max_completion_length < profile.max_completion_length
+    plan["fields"]["max_completion_length"] = 1
+    assert variants.live_plan("ci")["fields"]["max_completion_length"] == config.max_completion_length, "a copy"
 
 
 def _table():
