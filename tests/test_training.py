@@ -317,7 +317,7 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
     from course_utils.models import load_model_and_tokenizer
 
     profile = get_profile("ci").override(  # one prompt's group per step: resuming is what is tested here
-        warm_start_examples=0, max_steps=4, save_steps=2, max_completion_length=16, beta=0.0,
+        warm_start_examples=0, max_steps=4, save_steps=2, max_completion_length=8, beta=0.0,
         per_device_train_batch_size=2,
     )
     run_dir = training.clear_run_dir(training.default_run_dir(profile))
