@@ -27,10 +27,15 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-from transformers import AutoModelForCausalLM
-
 from course_utils.data import load_gsm8k, load_splits, prompt_token_lengths, train_val_split
-from course_utils.models import Generation, greedy_generate, load_model_and_tokenizer, saved_model_kind
+from course_utils.models import (
+    Generation,
+    greedy_generate,
+    load_model_and_tokenizer,
+    load_saved_model,
+    load_tokenizer,
+    saved_model_kind,
+)
 from course_utils.profiles import get_profile
 from course_utils.rewards import (
     answers_match,
@@ -655,10 +660,9 @@ def checkpoint_curve(
 
 def _starting_model(profile: Any, base_dir: Path) -> tuple[Any, Any]:
     """The model GRPO started from (the saved warm start in ``base_dir``, else the profile's) and the tokenizer."""
-    model, tokenizer = load_model_and_tokenizer(profile)
     if saved_model_kind(base_dir) == "full-model":
-        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=model.dtype)
-    return model, tokenizer
+        return load_saved_model(profile, base_dir), load_tokenizer(profile)
+    return load_model_and_tokenizer(profile)
 
 
 def _curve_point(step: int, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -683,8 +687,7 @@ def load_warm_start_model(profile: Any, run_dir: str | Path) -> tuple[Any, Any] 
     folder = warm_start_model_dir(run_dir)
     if saved_model_kind(folder) != "full-model":
         return None
-    base, tokenizer = load_model_and_tokenizer(profile)
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=base.dtype).eval(), tokenizer
+    return load_saved_model(profile, folder), load_tokenizer(profile)
 
 
 def save_curve(curve: Sequence[Mapping[str, Any]], run_dir: str | Path) -> Path:

@@ -139,6 +139,7 @@ def materialize_offline_model(force: bool = False) -> Path:
     except ImportError as exc:
         raise ModelUnavailableError(f"Reading the offline model needs the 'gguf' package: {INSTALL_HINT}") from exc
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.initialization import no_init_weights
 
     source = gguf_path()
     started = time.perf_counter()
@@ -149,7 +150,8 @@ def materialize_offline_model(force: bool = False) -> Path:
     config_dict = config.to_dict()
     config_dict.pop("quantization_config", None)
     plain_config = type(config).from_dict(config_dict)
-    plain = AutoModelForCausalLM.from_config(plain_config)
+    with no_init_weights():  # every weight is copied in below: a random initialisation would cost seconds
+        plain = AutoModelForCausalLM.from_config(plain_config)
     missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     real_missing = [name for name in missing if "lm_head" not in name]  # tied to the embeddings
     if real_missing or unexpected:
@@ -200,20 +202,34 @@ def _loading_kwargs(profile: Profile) -> dict[str, Any]:
     return kwargs
 
 
-def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs = _loading_kwargs(profile)
+@contextmanager
+def _hub_errors_explained(profile: Profile) -> Iterator[None]:
+    """A Hub load that fails says what to do offline, instead of a bare ``OSError``."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
-        model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+        yield
     except OSError as exc:
         raise ModelUnavailableError(
             f"Could not load {profile.model_id!r} from the Hugging Face Hub ({exc.__class__.__name__}). "
             "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead: "
             "COURSE_PROFILE=cpu"
         ) from exc
+
+
+def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = _loading_kwargs(profile)
+    with _hub_errors_explained(profile):
+        tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
+        model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
     return model, tokenizer
+
+
+def _ready_to_generate(tokenizer: Any) -> Any:
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
+    return tokenizer
 
 
 def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any, Any]:
@@ -223,10 +239,32 @@ def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any,
     """
     p = get_profile(profile)
     model, tokenizer = _load_offline(p) if p.model_source == "offline" else _load_from_hub(p)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
-    return model, tokenizer
+    return model, _ready_to_generate(tokenizer)
+
+
+def load_tokenizer(profile: Profile | str | None = None) -> Any:
+    """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model saved by a run."""
+    from transformers import AutoTokenizer
+
+    p = get_profile(profile)
+    if p.model_source == "offline":
+        return _ready_to_generate(AutoTokenizer.from_pretrained(materialize_offline_model()))
+    with _hub_errors_explained(p):
+        return _ready_to_generate(AutoTokenizer.from_pretrained(p.model_id))
+
+
+def load_saved_model(profile: Profile | str | None, folder: str | Path) -> Any:
+    """A whole model a run saved (a merged warm start), in the profile's dtype, ready to evaluate."""
+    from transformers import AutoModelForCausalLM
+
+    kind = saved_model_kind(folder)
+    if kind != "full-model":
+        held = "a LoRA adapter" if kind else "no saved model"
+        raise ValueError(
+            f"{folder} holds {held}, not a whole model (config.json and weights): an adapter loads onto its base "
+            "with training.load_trained_model."
+        )
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=_torch_dtype(get_profile(profile).dtype)).eval()
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,31 @@ def test_hub_profile_offline_gives_a_clear_message(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelUnavailableError, match="COURSE_PROFILE=cpu"):
         load_model_and_tokenizer("colab-t4")
+    with pytest.raises(ModelUnavailableError, match="COURSE_PROFILE=cpu"):
+        models.load_tokenizer("colab-t4")
+
+
+def test_the_tokenizer_alone_is_the_one_that_comes_with_the_model(offline_model_and_tokenizer):
+    _, paired = offline_model_and_tokenizer
+    alone = models.load_tokenizer("ci")
+    assert alone.padding_side == paired.padding_side == "left"
+    assert alone.pad_token == paired.pad_token is not None
+    text = "Natalia sold 48/2 = 24 clips in May."
+    assert alone(text)["input_ids"] == paired(text)["input_ids"]
+
+
+def test_a_saved_model_loads_in_the_profiles_dtype_and_an_adapter_folder_is_refused(tmp_path):
+    tiny = models.build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1)
+    tiny.to(torch.bfloat16).save_pretrained(tmp_path / "whole")
+    loaded = models.load_saved_model("ci", tmp_path / "whole")
+    assert loaded.dtype == torch.float32 and not loaded.training  # the ci profile's dtype, ready to evaluate
+    assert torch.equal(loaded.lm_head.weight, tiny.lm_head.weight.float())
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"holds a LoRA adapter, not a whole model.*load_trained_model"):
+        models.load_saved_model("ci", tmp_path / "adapter")
+    with pytest.raises(ValueError, match="holds no saved model"):
+        models.load_saved_model("ci", tmp_path / "missing")
 
 
 def _damaged_copy_of_the_cache(tmp_path, monkeypatch):
