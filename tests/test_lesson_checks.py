@@ -158,23 +158,25 @@ def three_problems():
 @pytest.mark.slow
 def test_the_evaluation_loop_check(offline_model_and_tokenizer, three_problems):
     model, tokenizer = offline_model_and_tokenizer
-    settings = {"batch_size": 2, "max_new_tokens": 6}
+    settings = {"batch_size": 2, "max_new_tokens": 6}  # two batches, the second one short
     assert lesson_checks.check_evaluation_loop(learner_loop, model, tokenizer, three_problems, **settings)
+
+    two, short = three_problems.select(range(2)), {"batch_size": 1, "max_new_tokens": 2}  # each slip, cheaply
 
     def with_prompt(*args):
         return learner_loop(*args, whole_sequence=True)
 
     with pytest.raises(DiffersFromReference, match="problem 0, completion: yours"):
-        lesson_checks.check_evaluation_loop(with_prompt, model, tokenizer, three_problems, **settings)
+        lesson_checks.check_evaluation_loop(with_prompt, model, tokenizer, two, **short)
 
     def first_batch_only(*args):
-        return learner_loop(*args)[:2]
+        return learner_loop(*args)[:1]
 
-    with pytest.raises(DiffersFromReference, match="records: yours 2, reference 3"):
-        lesson_checks.check_evaluation_loop(first_batch_only, model, tokenizer, three_problems, **settings)
+    with pytest.raises(DiffersFromReference, match="records: yours 1, reference 2"):
+        lesson_checks.check_evaluation_loop(first_batch_only, model, tokenizer, two, **short)
 
     def texts_only(*args):
         return [r["completion"] for r in learner_loop(*args)]
 
     with pytest.raises(DiffersFromReference, match="not a dict"):
-        lesson_checks.check_evaluation_loop(texts_only, model, tokenizer, three_problems, **settings)
+        lesson_checks.check_evaluation_loop(texts_only, model, tokenizer, two, **short)
