@@ -32,8 +32,8 @@ from course_utils.models import (
     Generation,
     greedy_generate,
     load_model_and_tokenizer,
-    load_saved_model,
     load_tokenizer,
+    profile_dtype,
     saved_model_kind,
 )
 from course_utils.profiles import get_profile
@@ -45,6 +45,7 @@ from course_utils.rewards import (
     strict_format_reward_func,
 )
 from course_utils.training import load_trained_model, warm_start_model_dir
+from course_utils.warm_start import load_saved_warm_start
 
 # The rates that get a confidence interval, in the order tables show them.
 RATE_METRICS = (
@@ -660,9 +661,13 @@ def checkpoint_curve(
 
 def _starting_model(profile: Any, base_dir: Path) -> tuple[Any, Any]:
     """The model GRPO started from (the saved warm start in ``base_dir``, else the profile's) and the tokenizer."""
-    if saved_model_kind(base_dir) == "full-model":
-        return load_saved_model(profile, base_dir), load_tokenizer(profile)
-    return load_model_and_tokenizer(profile)
+    return _saved_warm_start(profile, base_dir) or load_model_and_tokenizer(profile)
+
+
+def _saved_warm_start(profile: Any, folder: Path) -> tuple[Any, Any] | None:
+    """The warm-started model saved in ``folder``, in the profile's dtype, and the profile's tokenizer; or None."""
+    model = load_saved_warm_start(folder, profile_dtype(profile))
+    return None if model is None else (model.eval(), load_tokenizer(profile))
 
 
 def _curve_point(step: int, result: Mapping[str, Any]) -> dict[str, Any]:
@@ -684,10 +689,7 @@ def load_warm_start_model(profile: Any, run_dir: str | Path) -> tuple[Any, Any] 
     Evaluated on its own, it tells what the supervised warm start did before GRPO changed anything, so the
     GRPO model is compared with the model GRPO started from, not with the raw base model.
     """
-    folder = warm_start_model_dir(run_dir)
-    if saved_model_kind(folder) != "full-model":
-        return None
-    return load_saved_model(profile, folder), load_tokenizer(profile)
+    return _saved_warm_start(profile, warm_start_model_dir(run_dir))
 
 
 def save_curve(curve: Sequence[Mapping[str, Any]], run_dir: str | Path) -> Path:

@@ -176,6 +176,11 @@ def _torch_dtype(name: str) -> Any:
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
+def profile_dtype(profile: Profile | str | None = None) -> Any:
+    """The torch dtype the profile loads its model in (``profile.dtype``), for a model a run saved."""
+    return _torch_dtype(get_profile(profile).dtype)
+
+
 def _load_offline(profile: Profile) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -243,7 +248,7 @@ def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any,
 
 
 def load_tokenizer(profile: Profile | str | None = None) -> Any:
-    """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model saved by a run."""
+    """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model a run saved."""
     from transformers import AutoTokenizer
 
     p = get_profile(profile)
@@ -251,20 +256,6 @@ def load_tokenizer(profile: Profile | str | None = None) -> Any:
         return _ready_to_generate(AutoTokenizer.from_pretrained(materialize_offline_model()))
     with _hub_errors_explained(p):
         return _ready_to_generate(AutoTokenizer.from_pretrained(p.model_id))
-
-
-def load_saved_model(profile: Profile | str | None, folder: str | Path) -> Any:
-    """A whole model a run saved (a merged warm start), in the profile's dtype, ready to evaluate."""
-    from transformers import AutoModelForCausalLM
-
-    kind = saved_model_kind(folder)
-    if kind != "full-model":
-        held = "a LoRA adapter" if kind else "no saved model"
-        raise ValueError(
-            f"{folder} holds {held}, not a whole model (config.json and weights): an adapter loads onto its base "
-            "with training.load_trained_model."
-        )
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=_torch_dtype(get_profile(profile).dtype)).eval()
 
 
 @dataclass(frozen=True)

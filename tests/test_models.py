@@ -146,18 +146,10 @@ def test_the_tokenizer_alone_is_the_one_that_comes_with_the_model(offline_model_
     assert alone(text)["input_ids"] == paired(text)["input_ids"]
 
 
-def test_a_saved_model_loads_in_the_profiles_dtype_and_an_adapter_folder_is_refused(tmp_path):
-    tiny = models.build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1)
-    tiny.to(torch.bfloat16).save_pretrained(tmp_path / "whole")
-    loaded = models.load_saved_model("ci", tmp_path / "whole")
-    assert loaded.dtype == torch.float32 and not loaded.training  # the ci profile's dtype, ready to evaluate
-    assert torch.equal(loaded.lm_head.weight, tiny.lm_head.weight.float())
-    (tmp_path / "adapter").mkdir()
-    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"holds a LoRA adapter, not a whole model.*load_trained_model"):
-        models.load_saved_model("ci", tmp_path / "adapter")
-    with pytest.raises(ValueError, match="holds no saved model"):
-        models.load_saved_model("ci", tmp_path / "missing")
+def test_each_profile_names_the_dtype_its_model_loads_in():
+    assert models.profile_dtype("ci") == load_model_and_tokenizer("ci")[0].dtype == torch.float32
+    assert models.profile_dtype("colab-t4") == torch.float16
+    assert models.profile_dtype(models.get_profile("ci").override(dtype="bfloat16")) == torch.bfloat16
 
 
 def _damaged_copy_of_the_cache(tmp_path, monkeypatch):

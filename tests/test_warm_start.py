@@ -6,10 +6,12 @@ The warm start itself (a real ``SFTTrainer`` run) is exercised by the ``ci`` end
 from __future__ import annotations
 
 import pytest
+import torch
 
 from course_utils import training
+from course_utils.models import build_tiny_random_model, profile_dtype
 from course_utils.profiles import get_profile
-from course_utils.warm_start import make_sft_config, warm_start_dataset, warm_start_target
+from course_utils.warm_start import load_saved_warm_start, make_sft_config, warm_start_dataset, warm_start_target
 
 
 def test_warm_start_target_is_strict_format_and_correct():
@@ -51,3 +53,15 @@ def test_sft_config_keeps_the_effective_batch_in_micro_batches(tmp_path):
     profile = get_profile("cpu")
     assert config.per_device_train_batch_size * config.gradient_accumulation_steps == profile.warm_start_batch_size
     assert config.learning_rate == profile.warm_start_learning_rate and config.save_strategy == "no"
+
+
+def test_a_saved_warm_start_loads_in_the_dtype_asked_for_and_an_adapter_folder_is_none(tmp_path):
+    tiny = build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1).to(torch.bfloat16)
+    tiny.save_pretrained(tmp_path / "whole")
+    loaded = load_saved_warm_start(tmp_path / "whole", profile_dtype("ci"))
+    assert loaded.dtype == torch.float32  # the ci profile's dtype, whatever the run saved
+    assert torch.equal(loaded.lm_head.weight, tiny.lm_head.weight.float())
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("{}")
+    assert load_saved_warm_start(tmp_path / "adapter", torch.float32) is None
+    assert load_saved_warm_start(tmp_path / "missing", torch.float32) is None
