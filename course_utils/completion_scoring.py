@@ -13,9 +13,11 @@ applies it for the length of a ``GRPOTrainer``'s training, as a callback.
 
 The rows of a micro-batch are completions of the same prompt, and the model reads that prompt again for each row,
 forward and backward. A token's keys, values and hidden state depend only on the tokens before it, so where
-every row starts with the same tokens, :func:`prefix_read_once` runs them once and continues each row from their
+every row starts with the same tokens, :func:`prefix_read_once` runs them once and continues the rows from their
 cache: the same log-probabilities and gradients (the gradient through the shared prefix is summed over the rows,
-as it would be over its copies). :class:`SharedPrefixScoring` applies it during training.
+as it would be over its copies). The rows end at different lengths, so padded to the longest many of their
+positions would be padding; their real tokens run packed as one sequence instead, each attending to the prefix and
+its own row. :class:`SharedPrefixScoring` applies it during training.
 
 With LoRA in the top layers only, the layers below them are frozen, and sampling has just computed their output
 for the same tokens: :func:`frozen_layers_from_sampling` records it while ``generate`` runs and starts the training
@@ -112,17 +114,43 @@ def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) 
 _OWN_ARGUMENTS = ("cache", "past_key_values", "position_ids", "inputs_embeds")
 
 
+def scoring_positions(attention_mask: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions after ``start`` whose hidden state scores a token (the next one is real), row by row.
+
+    Returns the row and the column of each, in that order: the layout of the packed sequence
+    :func:`shared_prefix_forward` runs, and the order :func:`frozen_layers_from_sampling` replays it in.
+    """
+    scores = attention_mask[:, start:-1].bool() & attention_mask[:, start + 1 :].bool()
+    rows, columns = scores.nonzero(as_tuple=True)
+    return rows, columns + start
+
+
+def packed_rows_mask(prefix_mask: torch.Tensor, rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """The attention mask of the packed sequence: each token sees the real prefix, and its own row up to itself."""
+    own_row = (rows[:, None] == rows[None, :]) & (columns[:, None] >= columns[None, :])
+    prefix = prefix_mask.bool()[None, :].expand(len(rows), -1)
+    return torch.cat([prefix, own_row], dim=1)[None, None]
+
+
+# Attention functions that read a boolean (batch, 1, queries, keys) mask as given
+_PACKABLE_ATTENTION = ("sdpa",)
+
+
 def shared_prefix_forward(
     forward: Callable[..., Any],
     input_ids: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
+    config: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """A decoder backbone's ``forward`` that runs the prefix common to all rows once, then each row's remainder.
+    """A decoder backbone's ``forward`` that runs the prefix common to all rows once, then the rows' other tokens.
 
     Only for a training-pass call (``use_cache=False``, two rows or more, no cache or positions of its own) with at
-    least 2 common tokens; any other call is ``forward`` itself. Returns the hidden states of every position, as
-    ``forward`` does: the prefix's are the one row's, expanded over the rows (a view, so its gradient sums).
+    least 2 common tokens; any other call is ``forward`` itself. After the prefix, the rows' tokens that score one
+    (:func:`scoring_positions`) run as one packed sequence, each attending to the prefix and its own row, so no
+    padding is computed (with SDPA attention, ``config._attn_implementation``; otherwise the rows run padded).
+    Returns the hidden states of every position, as ``forward`` does: the prefix's are the one row's, expanded
+    over the rows (a view, so its gradient sums); positions that score no token are zero.
     """
     shareable = (
         input_ids is not None
@@ -136,11 +164,36 @@ def shared_prefix_forward(
         return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
     rows, cached = input_ids.shape[0], {**kwargs, "use_cache": True}
     prefix = forward(input_ids=input_ids[:1, :shared], attention_mask=attention_mask[:1, :shared], **cached)
-    cache = prefix.cache
-    cache.batch_repeat_interleave(rows)
-    rest = forward(input_ids=input_ids[:, shared:], attention_mask=attention_mask, cache=cache, **cached)
-    hidden = torch.cat([prefix.last_hidden_state.expand(rows, -1, -1), rest.last_hidden_state], dim=1)
+    packable = getattr(config, "_attn_implementation", None) in _PACKABLE_ATTENTION
+    rest = packed_rows_forward(forward, input_ids, attention_mask, prefix.cache, **cached) if packable else None
+    if rest is None:
+        prefix.cache.batch_repeat_interleave(rows)
+        rest = forward(input_ids=input_ids[:, shared:], attention_mask=attention_mask, cache=prefix.cache, **cached)
+        rest = rest.last_hidden_state
+    hidden = torch.cat([prefix.last_hidden_state.expand(rows, -1, -1), rest], dim=1)
     return BaseModelOutputWithPast(last_hidden_state=hidden)
+
+
+def packed_rows_forward(
+    forward: Callable[..., Any], input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any, **kwargs: Any
+) -> torch.Tensor | None:
+    """The hidden states of the rows after the prefix in ``cache``, their scoring positions run as one sequence.
+
+    Returns (rows, tokens after the prefix, hidden size), zero where a position scores no token; None if none does.
+    """
+    shared = cache.get_seq_length()
+    row_of, column_of = scoring_positions(attention_mask, shared)
+    if not len(row_of):
+        return None
+    packed = forward(
+        input_ids=input_ids[row_of, column_of][None],
+        attention_mask=packed_rows_mask(attention_mask[0, :shared], row_of, column_of),
+        position_ids=column_of[None],
+        cache=cache,
+        **kwargs,
+    ).last_hidden_state[0]
+    rest = packed.new_zeros(input_ids.shape[0], input_ids.shape[1] - shared, packed.shape[-1])
+    return rest.index_put((row_of, column_of - shared), packed)
 
 
 def decoder_backbone(model: Any) -> torch.nn.Module:
@@ -159,7 +212,8 @@ def decoder_backbone(model: Any) -> torch.nn.Module:
 def prefix_read_once(model: Any) -> Iterator[None]:
     """Inside: ``model``'s training-pass calls read the prefix all rows share once (:func:`shared_prefix_forward`)."""
     backbone = decoder_backbone(model)
-    backbone.forward = partial(shared_prefix_forward, type(backbone).forward.__get__(backbone))
+    own_forward = type(backbone).forward.__get__(backbone)
+    backbone.forward = partial(shared_prefix_forward, own_forward, config=getattr(backbone, "config", None))
     try:
         yield
     finally:
@@ -261,6 +315,31 @@ class SampledLayerInputs:
         return rows if bool(self.filled[rows, : length - 1].all()) else None
 
 
+def replay_index(
+    call: dict[str, torch.Tensor], hidden: torch.Tensor, positions: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Where each position of a decoder layer's input lies in the sampled states: (sampled rows, columns).
+
+    ``call`` holds the training-pass call's ``rows`` (:meth:`SampledLayerInputs.rows_for`) and attention ``mask``;
+    the layer's input is then every row, the prefix all rows share (one row from column 0), or the rows' packed
+    :func:`scoring_positions` (one row from a later column). None for anything else, or outside such a call.
+    """
+    rows, mask = call.get("rows"), call.get("mask")
+    if rows is None or positions is None:
+        return None
+    if hidden.shape[0] == len(rows):
+        return rows[:, None], positions.expand(len(rows), -1)
+    if hidden.shape[0] != 1:
+        return None
+    start = int(positions[0, 0])
+    if start == 0:
+        return rows[:1, None], positions
+    row_of, column_of = scoring_positions(mask, start)
+    if not torch.equal(column_of, positions[0]):
+        return None
+    return rows[row_of][None], positions
+
+
 def _hold_place_in_cache(layer: torch.nn.Module, cache: Any, hidden: torch.Tensor) -> None:
     """Zero keys and values for a skipped layer, so that the cache still counts the tokens read.
 
@@ -314,20 +393,17 @@ def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
             return
         rows = inputs.rows_for(ids, mask)
         if rows is not None:
-            active["rows"] = rows
+            active["rows"], active["mask"] = rows, mask
 
     def after_backbone_call(module: Any, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
         active.clear()
 
     def replayed(layer: torch.nn.Module, last: bool, *args: Any, **kwargs: Any) -> Any:
         hidden = args[0] if args else kwargs["hidden_states"]
-        positions, rows = kwargs.get("position_ids"), active.get("rows")
-        if rows is not None and positions is not None and hidden.shape[0] in (1, len(rows)):
+        at = replay_index(active, hidden, kwargs.get("position_ids"))
+        if at is not None:
             _hold_place_in_cache(layer, kwargs.get("cache"), hidden)
-            if not last:
-                return hidden
-            row_index = rows[: hidden.shape[0], None]
-            return inputs.hidden[row_index, positions.expand(hidden.shape[0], -1)].to(hidden.dtype)
+            return inputs.hidden[at].to(hidden.dtype) if last else hidden
         return type(layer).forward(layer, *args, **kwargs)
 
     def record(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:

@@ -121,9 +121,12 @@ def group_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return ids, mask, labels
 
 
-def scored_group(read_once: bool, monkeypatch) -> tuple[torch.Tensor, list[torch.Tensor], list[tuple[int, int]]]:
-    """Log-probs and LoRA gradients of :func:`group_batch`, and the (rows, tokens) of every backbone forward."""
-    model, (ids, mask, labels) = lora_model(), group_batch()
+def scored_group(
+    read_once: bool, monkeypatch, attention: str = "sdpa", dtype: torch.dtype = torch.float32, batch=None
+) -> tuple[torch.Tensor, list[torch.Tensor], list[tuple[int, int]]]:
+    """Log-probs and LoRA gradients of ``batch`` (:func:`group_batch`), and the (rows, tokens) of each backbone call."""
+    model, (ids, mask, labels) = lora_model().to(dtype), batch or group_batch()
+    model.set_attn_implementation(attention)
     calls, backbone_type = [], type(cs.decoder_backbone(model))
     forward = backbone_type.forward
 
@@ -136,19 +139,67 @@ def scored_group(read_once: bool, monkeypatch) -> tuple[torch.Tensor, list[torch
         output = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
     monkeypatch.undo()
     output.loss.backward()
-    gradients = [p.grad for p in model.parameters() if p.requires_grad]
-    return output.log_probs.detach(), gradients, calls
+    gradients = [p.grad.float() for p in model.parameters() if p.requires_grad]
+    return output.log_probs.detach().float(), gradients, calls
 
 
-def test_reading_the_shared_prefix_once_gives_the_same_log_probs_and_gradients(monkeypatch):
-    every_row, every_gradient, every_call = scored_group(read_once=False, monkeypatch=monkeypatch)
-    once, gradients, calls = scored_group(read_once=True, monkeypatch=monkeypatch)
+@pytest.mark.parametrize(
+    ("attention", "rest"),
+    [
+        # 3 rows score 6 tokens after the prompt (the 7th, their last, scores none) and the early one 3: packed
+        ("sdpa", (1, 6 + 3 + 6 + 6)),
+        ("eager", (4, 7)),  # an attention that is not given the packed mask: each row's 7 other tokens, padded
+    ],
+)
+def test_reading_the_shared_prefix_once_gives_the_same_log_probs_and_gradients(attention, rest, monkeypatch):
+    every_row, every_gradient, every_call = scored_group(False, monkeypatch, attention)
+    once, gradients, calls = scored_group(True, monkeypatch, attention)
     assert every_call == [(4, 13)]
-    assert calls == [(1, 6), (4, 7)], "the 6 prompt tokens once, then each row's 7 other tokens"
+    assert calls == [(1, 6), rest], "the 6 prompt tokens once, then the rows' other tokens"
     assert torch.allclose(once, every_row, atol=1e-6), (once - every_row).abs().max()
     assert len(gradients) == len(every_gradient) > 0
     for shared, plain in zip(gradients, every_gradient, strict=True):
         assert torch.allclose(shared, plain, atol=1e-6), (shared - plain).abs().max()
+
+
+def largest_difference(mine: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """The largest difference between two lists of tensors, relative to each reference tensor's largest entry."""
+    return max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(mine, reference, strict=True))
+
+
+def test_packed_rows_in_bf16_are_as_close_to_fp32_as_the_padded_rows(monkeypatch):
+    exact, exact_gradients, _ = scored_group(False, monkeypatch)
+    padded, padded_gradients, _ = scored_group(False, monkeypatch, dtype=torch.bfloat16)
+    packed, packed_gradients, calls = scored_group(True, monkeypatch, dtype=torch.bfloat16)
+    assert calls[1] == (1, 21), "the bf16 rows ran packed"
+    padded_error = largest_difference([padded, *padded_gradients], [exact, *exact_gradients])
+    packed_error = largest_difference([packed, *packed_gradients], [exact, *exact_gradients])
+    assert packed_error <= 2 * padded_error + 1e-3, (packed_error, padded_error)
+
+
+def test_rows_equal_to_the_end_score_every_token_from_the_prefix(monkeypatch):
+    ids, mask, labels = group_batch()
+    ids, mask, labels = ids[:1].expand(4, -1), mask[:1].expand(4, -1), labels[:1].expand(4, -1)
+    plain, plain_gradients, _ = scored_group(False, monkeypatch, batch=(ids, mask, labels))
+    once, gradients, calls = scored_group(True, monkeypatch, batch=(ids, mask, labels))
+    assert calls == [(1, 12), (4, 1)], "no position after the prefix scores a token: the last one runs padded"
+    assert torch.allclose(once, plain, atol=1e-6)
+    for shared, every in zip(gradients, plain_gradients, strict=True):
+        assert torch.allclose(shared, every, atol=1e-6), (shared - every).abs().max()
+
+
+def test_scoring_positions_are_the_tokens_followed_by_a_real_one_row_by_row():
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    rows, columns = cs.scoring_positions(mask, 2)
+    assert rows.tolist() == [0, 1, 1] and columns.tolist() == [2, 2, 3]
+
+
+def test_the_packed_mask_sees_the_real_prefix_and_its_own_row_up_to_itself():
+    rows, columns = torch.tensor([0, 0, 1]), torch.tensor([2, 3, 2])
+    mask = cs.packed_rows_mask(torch.tensor([0, 1]), rows, columns)
+    assert mask.shape == (1, 1, 3, 5)
+    expected = [[False, True, True, False, False], [False, True, True, True, False], [False, True, False, False, True]]
+    assert mask[0, 0].tolist() == expected
 
 
 def test_calls_that_are_not_a_training_pass_over_a_shared_prefix_run_as_usual():
