@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.data import load_gsm8k
+from course_utils.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.models import materialize_offline_model
 from course_utils.profiles import OFFLINE_MODEL_ID, Profile, get_profile
 from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
@@ -327,6 +328,7 @@ def estimate_memory(
     label: str | None = None,
     vllm_reserved_gb: float = 0.0,
     score_completions_only: bool = False,
+    keep_logit_tiles: bool = False,
     score_shared_prefix_once: bool = False,
     group_generation: bool = False,
     reuse_freed_memory: bool = False,
@@ -340,6 +342,8 @@ def estimate_memory(
     ``vllm_reserved_gb``: what a colocated vLLM reserves (``vllm_gpu_memory_utilization`` x the GPU's memory);
     it then generates in its own reservation, so the training model keeps no generation KV cache.
     ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
+    ``keep_logit_tiles``: on the CPU, the log-softmax keeps its logits (scored positions x vocabulary, in the
+    weights' dtype) from the forward for the backward, where they fit its budget (``course_utils.logit_tiles``).
     ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
     (``course_utils.completion_scoring``); each row still keeps the prompt's keys and values.
     ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head
@@ -406,6 +410,8 @@ def estimate_memory(
     every_position = device == "cpu" and not score_completions_only
     scored = per_device_train_batch_size * (sequence if every_position else max_completion_length)
     logprob = logprob_workspace_bytes(spec, scored, device)
+    if keep_logit_tiles and device == "cpu" and tiles_fit(scored, spec.vocab_size, width):
+        logprob += kept_tiles_bytes(scored, spec.vocab_size, width)
     if not use_lora:
         logprob += spec.vocab_size * spec.hidden_size * 4.0  # fp32 gradient of the trained output head
     embeddings_out = tokens * spec.hidden_size * 2  # embedding output and final norm
@@ -483,6 +489,7 @@ def estimate_for_profile(
         label=label or f"{p.name}",
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
         score_completions_only=p.score_completions_only,
+        keep_logit_tiles=p.keep_logit_tiles,
         score_shared_prefix_once=p.score_shared_prefix_once,
         group_generation=p.group_generation,
         reuse_freed_memory=p.reuse_freed_memory,

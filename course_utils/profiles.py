@@ -71,6 +71,9 @@ class Profile:
     group_generation: bool = False
     # TRL's log-softmax scores the completion tokens only on a CPU too (course_utils.completion_scoring)
     score_completions_only: bool = False
+    # TRL's log-prob backward reuses the logits its forward computed instead of computing them again, in tens of MB
+    # on a CPU micro-batch (course_utils.logit_tiles)
+    keep_logit_tiles: bool = False
     # TRL's training pass reads the prompt its rows share once, not once per row (course_utils.completion_scoring)
     score_shared_prefix_once: bool = False
     # The training pass starts at the first trained layer, from the hidden states sampling computed for the same
@@ -149,6 +152,7 @@ PROFILES: dict[str, Profile] = {
         reuse_freed_memory=True,  # likewise
         group_generation=True,  # likewise
         score_completions_only=True,  # likewise
+        keep_logit_tiles=True,  # likewise
         score_shared_prefix_once=True,  # likewise
         frozen_layers_from_sampling=True,  # likewise
         num_generations=2,
@@ -196,6 +200,8 @@ PROFILES: dict[str, Profile] = {
         group_generation=True,
         # TRL scores every position on a CPU, prompt included; the completions only: shorter steps, less RAM
         score_completions_only=True,
+        # The backward reuses the forward's logits (30-60 MB here) instead of a third pass over the output head
+        keep_logit_tiles=True,
         # The micro-batch holds the completions of one prompt: the training pass reads it once, not 8 times
         score_shared_prefix_once=True,
         # The bottom 15 layers are frozen (lora_top_layers): the training pass takes their output from sampling

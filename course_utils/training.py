@@ -32,6 +32,7 @@ from course_utils.cpu_allocator import reuse_freed_memory_callback
 from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.group_generation import GroupGeneration
 from course_utils.hardware import cpu_precision, cuda_available
+from course_utils.logit_tiles import LogitTilesKept
 from course_utils.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.paths import output_dir
 from course_utils.profiles import Profile, get_profile
@@ -527,10 +528,11 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
     """The profile's speed-ups for a CPU run, as trainer callbacks (none on a GPU profile).
 
     They change how fast a step runs, never what it computes: freed memory kept for reuse
-    (``reuse_freed_memory``), each group sampled with its prompt read once (``group_generation``), and
-    the log-softmax run on the completion tokens only (``score_completions_only``), and the prompt a
-    micro-batch's rows share read once in the training pass (``score_shared_prefix_once``), which starts at the
-    first trained layer from the hidden states sampling computed (``frozen_layers_from_sampling``).
+    (``reuse_freed_memory``); each group sampled with its prompt read once (``group_generation``); the
+    log-softmax run on the completion tokens only (``score_completions_only``), its logits kept from the forward
+    for the backward (``keep_logit_tiles``); and the prompt a micro-batch's rows share read once in the training
+    pass (``score_shared_prefix_once``), which starts at the first trained layer from the hidden states sampling
+    computed (``frozen_layers_from_sampling``).
     Put them first, so that a callback timing the step (the benchmark's) counts the per-step release too.
     The appendix notebook (``99_appendix_cpu_speed.ipynb``) explains and measures them.
     """
@@ -538,6 +540,7 @@ def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
         *allocator_callbacks(profile),
         *([GroupGeneration()] if profile.group_generation else []),
         *([CompletionOnlyScoring()] if profile.score_completions_only else []),
+        *([LogitTilesKept()] if profile.keep_logit_tiles else []),
         *([SharedPrefixScoring()] if profile.score_shared_prefix_once else []),
         *([FrozenLayersFromSampling()] if profile.frozen_layers_from_sampling else []),
     ]

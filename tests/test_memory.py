@@ -149,6 +149,21 @@ def test_a_cpu_profile_that_scores_completions_only_counts_them_only():
     assert estimate_for_profile(lab).logprob_gb < estimate_for_profile(every_position).logprob_gb
 
 
+def test_logits_kept_for_the_backward_add_one_logit_per_scored_position_and_vocabulary_entry_on_the_cpu():
+    settings = {"prompt_tokens": 80, "max_completion_length": 96, "per_device_train_batch_size": 8, "use_lora": True}
+    settings |= {"score_completions_only": True}
+    for dtype, width in (("float32", 4), ("bfloat16", 2)):
+        plain = estimate_memory(QWEN25_05B, dtype=dtype, **settings)
+        kept = estimate_memory(QWEN25_05B, dtype=dtype, keep_logit_tiles=True, **settings)
+        assert (kept.logprob_gb - plain.logprob_gb) * GB == pytest.approx(8 * 96 * QWEN25_05B.vocab_size * width)
+    on_a_gpu = {**settings, "device": "cuda"}
+    assert estimate_memory(QWEN25_05B, keep_logit_tiles=True, **on_a_gpu) == estimate_memory(QWEN25_05B, **on_a_gpu)
+    too_many = {**settings, "max_completion_length": 4096}  # over the budget: the tiles are computed again
+    assert estimate_memory(QWEN25_05B, keep_logit_tiles=True, **too_many) == estimate_memory(QWEN25_05B, **too_many)
+    lab = get_profile("cpu")
+    assert estimate_for_profile(lab).logprob_gb > estimate_for_profile(lab.override(keep_logit_tiles=False)).logprob_gb
+
+
 def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_per_row():
     settings = {"device": "cpu", "max_completion_length": 96, "use_lora": True}
     every_row = estimate_memory(QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, **settings)
