@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from course_utils.profiles import PROFILES
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 EXPECTED_NOTEBOOKS = [
@@ -253,3 +255,22 @@ def test_engineering_detail_stays_out_of_the_lesson_text(name):
     assert all(len(text.split()) <= 250 for text in texts), [len(t.split()) for t in texts if len(t.split()) > 250]
     for word in ("malloc", "page fault"):
         assert not any(word in text.lower() for text in texts), f"{name} mentions {word!r}"
+
+
+def readme_profile_rows() -> dict[str, list[str]]:
+    """The README's hardware-profile table: the cells of each profile's row, by profile name."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Hardware profiles", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in table.splitlines() if re.match(r"^\| `[\w-]+` \|", line)]
+    return {cells[0].strip().strip("`"): [cell.strip() for cell in cells] for cells in rows}
+
+
+def test_readme_profile_table_states_each_profiles_group_batch_and_completion_length():
+    rows = readme_profile_rows()
+    assert sorted(rows) == sorted(PROFILES), "one row per profile"
+    for name, cells in rows.items():
+        profile = PROFILES[name]
+        group_by_prompts = cells[5].split(" (")[0]  # a note in brackets may follow
+        assert group_by_prompts == f"{profile.num_generations} × {profile.prompts_per_step}", f"{name}: group × prompts"
+        tokens = int(re.match(r"\d+", cells[6]).group())
+        assert tokens == profile.max_completion_length, f"{name}: the README says {tokens} completion tokens"
