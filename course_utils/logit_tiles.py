@@ -45,10 +45,14 @@ def tiles_fit(positions: int, vocab_size: int, bytes_per_logit: float, budget: i
     return positions <= trl_logprob.TOKEN_CHUNK_SIZE and fits_budget
 
 
+def compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The dtype TRL computes the logit tiles in on the CPU: autocast's, else the hidden states'."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+
+
 def keeps_tiles(hidden: torch.Tensor, weight: torch.Tensor, budget: int = KEPT_TILES_BUDGET_BYTES) -> bool:
     """Whether this call keeps its tiles: on the CPU, and :func:`tiles_fit` in the dtype the tiles are computed in."""
-    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
-    bytes_per_logit = torch.empty((), dtype=dtype).element_size()
+    bytes_per_logit = torch.empty((), dtype=compute_dtype(hidden)).element_size()
     return hidden.device.type == "cpu" and tiles_fit(hidden.shape[0], weight.shape[0], bytes_per_logit, budget)
 
 
@@ -102,22 +106,22 @@ class KeptTilesLogProb(torch.autograd.Function):
         outputs: tuple[str, ...] = trl_logprob.OPTIONAL_OUTPUTS,
     ) -> tuple[torch.Tensor | None, ...]:
         ctx.set_materialize_grads(False)
-        positions, vocab = hidden.shape[0], weight.shape[0]
-        compute_dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else hidden.dtype
+        positions, vocab, dtype = hidden.shape[0], weight.shape[0], compute_dtype(hidden)
         kernel_args = _kernel_args(temperature, final_logit_softcapping, logit_scale)
         flags = {f"HAS_{name.upper()}": name in outputs for name in trl_logprob.OPTIONAL_OUTPUTS}
-        zeros = [hidden.new_zeros(positions, dtype=torch.float32) for _ in range(5)]
-        running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum = zeros
-        running_max.fill_(-math.inf)
-        max_before_target = torch.full_like(running_max, -math.inf)
-        target_logit = torch.zeros_like(running_max)
-        hidden_chunk = hidden.to(compute_dtype)
+
+        def per_position(fill: float = 0.0) -> torch.Tensor:  # one of the running statistics TRL's fold updates
+            return torch.full((positions,), fill, dtype=torch.float32, device=hidden.device)
+
+        running_max, max_before_target = per_position(-math.inf), per_position(-math.inf)
+        sum_exp, x_sum_exp, sq_sum_exp, z_sum, target_logit = (per_position() for _ in range(5))
+        hidden_chunk = hidden.to(dtype)
         tiles = []
         for start in range(0, vocab, chunk_size):
             end = min(start + chunk_size, vocab)
-            tile = torch.mm(hidden_chunk, weight[start:end].to(compute_dtype).t())
+            tile = torch.mm(hidden_chunk, weight[start:end].to(dtype).t())
             if bias is not None:
-                tile.add_(bias[start:end].to(compute_dtype))
+                tile.add_(bias[start:end].to(dtype))
             trl_logprob._forward_tile(
                 tile, tile.stride(0), targets, running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum,
                 max_before_target, target_logit, start, end - start,
@@ -139,11 +143,11 @@ class KeptTilesLogProb(torch.autograd.Function):
         # A second backward through the same call fails here: its tiles hold the first one's gradients now
         hidden, weight, bias, targets, log_z, entropy, *tiles = ctx.saved_tensors
         wants_hidden, wants_weight, wants_bias = ctx.needs_input_grad[:3]
-        compute_dtype = tiles[0].dtype
+        dtype = tiles[0].dtype
         grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32) if wants_hidden else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32) if wants_weight else None
         grad_bias = torch.zeros(bias.shape, dtype=torch.float32) if wants_bias else None
-        hidden_chunk = hidden.to(compute_dtype)
+        hidden_chunk = hidden.to(dtype)
         grad_logprobs = None if grad_logprobs is None else grad_logprobs.float().contiguous()
         grad_entropy = None if grad_entropy is None else grad_entropy.float().contiguous()
         for tile, start in zip(tiles, range(0, weight.shape[0], ctx.chunk_size), strict=True):
@@ -156,7 +160,7 @@ class KeptTilesLogProb(torch.autograd.Function):
                 BLOCK_SIZE=trl_logprob._BLOCK_SIZE, **ctx.kernel_args,
             )  # fmt: skip
             if grad_hidden is not None:
-                head_product(grad_hidden, tile, weight[start:end].to(compute_dtype))
+                head_product(grad_hidden, tile, weight[start:end].to(dtype))
             if grad_weight is not None:
                 head_product(grad_weight[start:end], tile.t(), hidden_chunk)
             if grad_bias is not None:
