@@ -57,6 +57,15 @@ def test_notebook_is_committed_without_outputs_or_widget_state(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_its_own_id(path):
+    """nbformat 4.5 requires cell ids (a missing one is repaired with a warning today, an error in future)."""
+    ids = [cell.get("id") for cell in load(path)["cells"]]
+    missing = [index for index, cell_id in enumerate(ids) if not cell_id]
+    assert not missing, f"cells {missing} of {path.name} have no id: run nbformat's normalize() on the notebook"
+    assert len(set(ids)) == len(ids), f"{path.name} repeats a cell id"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_starts_with_goals_and_run_time_then_the_colab_cell(path):
     notebook = load(path)
     first = notebook["cells"][0]
