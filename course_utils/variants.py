@@ -64,15 +64,15 @@ TABLE_METRICS = ("final_reward", "strict_format", "accuracy")
 # How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
 LIVE_PLAN: dict[str, dict[str, Any]] = {
     # ci: a masked loss and an off-policy sequence-level one (TRL's distinct paths; the hack runs train the baseline's
-    # plain dapo loss), one step each, on one group of two completions of 8 tokens ("fields", added to every live
-    # run): the paths run, in seconds
+    # plain dapo loss), one step each, on the profile's one group of two completions, of 8 tokens ("fields", added
+    # to every live run): the paths run, in seconds
     "ci": {
         "variants": ("mask_truncated", "gspo"),
         "seeds": (0,),
         "max_steps": 1,
         "hack_steps": 1,
         "eval_size": 1,
-        "fields": {"per_device_train_batch_size": 2, "max_completion_length": 8},
+        "fields": {"max_completion_length": 8},
     },
     "cpu": {
         "variants": ("dapo", "dr_grpo"),
