@@ -650,12 +650,12 @@ def checkpoint_curve(
     base_model, tokenizer = _starting_model(p, base_dir)
     settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
     curve = [_curve_point(0, evaluate_model(base_model, tokenizer, problems, **settings))]
-    for step, folder in checkpoint_steps(run_dir):
-        if saved_model_kind(folder) != "lora-adapter":
-            continue
+    adapters = [(step, path) for step, path in checkpoint_steps(run_dir) if saved_model_kind(path) == "lora-adapter"]
+    for index, (step, folder) in enumerate(adapters):
+        if index:  # the previous adapter was merged into these weights: start again from the saved ones
+            base_model, _ = _starting_model(p, base_dir)
         model = PeftModel.from_pretrained(base_model, folder).merge_and_unload()
         curve.append(_curve_point(step, evaluate_model(model, tokenizer, problems, **settings)))
-        base_model, _ = _starting_model(p, base_dir)  # merging an adapter changed the weights it was merged into
     return curve
 
 

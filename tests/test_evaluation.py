@@ -508,3 +508,35 @@ def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tm
     assert curve[0]["accuracy"] == curve[1]["accuracy"] and curve[0]["format_score"] == curve[1]["format_score"]
     save_curve(curve, tmp_path)
     assert load_curve(tmp_path) == curve and load_curve(tmp_path / "elsewhere") is None
+
+
+def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
+    model_and_tokenizer, problems, tmp_path, monkeypatch
+):
+    """Checkpoint 1 moves the weights, checkpoint 2 is a no-op adapter: step 2 is evaluated on step 0's weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from course_utils import evaluation
+
+    model, _ = model_and_tokenizer
+    model.save_pretrained(warm_start_model_dir(tmp_path))
+    for step, scale in ((1, 0.5), (2, 0.0)):
+        torch.manual_seed(step)
+        adapter = get_peft_model(evaluation.load_warm_start_model("ci", tmp_path)[0], LoraConfig(
+            r=2, target_modules=["q_proj"], layers_to_transform=[0], task_type="CAUSAL_LM"))
+        for name, weight in adapter.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(weight, std=scale) if scale else torch.nn.init.zeros_(weight)
+        adapter.save_pretrained(tmp_path / f"checkpoint-{step}")
+    evaluated, evaluate = [], evaluation.evaluate_model
+
+    def recording(model, *args, **kwargs):
+        evaluated.append(model.model.layers[0].self_attn.q_proj.weight.detach().clone())
+        return evaluate(model, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate_model", recording)
+    curve = evaluation.checkpoint_curve("ci", tmp_path, problems.select(range(1)), batch_size=1, max_new_tokens=2)
+    assert [point["step"] for point in curve] == [0, 1, 2]
+    assert not torch.equal(evaluated[1], evaluated[0]), "checkpoint 1's adapter was not merged"
+    assert torch.equal(evaluated[2], evaluated[0]), "checkpoint 2 was merged into weights checkpoint 1 had changed"
