@@ -200,7 +200,7 @@ def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offl
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("cpu").override(train_size=40, max_prompt_tokens=78)
     train = training.training_dataset(profile, tokenizer=tokenizer)
-    assert "fit; training on the first 40" in capsys.readouterr().out
+    assert "training on the first 40 problems that fit" in capsys.readouterr().out
     # Independently: walk the raw train file in order and keep the questions whose prompt fits
     from course_utils.data import build_prompt
 
@@ -215,6 +215,16 @@ def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offl
     assert max(_template_length(tokenizer, p) for p in train["prompt"]) <= 78
     warm = warm_start_dataset(profile)
     assert not {row["prompt"][-1]["content"] for row in warm} & set(train["question"])
+
+
+def test_prompt_cap_picks_the_same_problems_in_any_block_size(gsm8k_env, offline_model_and_tokenizer, monkeypatch):
+    """Prompts are measured a block at a time: blocks of 7 rows (the last kept row mid-block) pick the same rows."""
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("cpu").override(train_size=12, max_prompt_tokens=80)
+    one_block = training.training_dataset(profile, tokenizer=tokenizer)
+    monkeypatch.setattr(training, "PROMPT_BLOCK_ROWS", 7)
+    small_blocks = training.training_dataset(profile, tokenizer=tokenizer)
+    assert small_blocks["question"] == one_block["question"] and len(one_block) == 12
 
 
 def test_prompt_cap_needs_a_tokenizer_and_a_reachable_cap(gsm8k_env, offline_model_and_tokenizer):
