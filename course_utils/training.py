@@ -23,6 +23,7 @@ import shutil
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from transformers import TrainerCallback
@@ -479,8 +480,8 @@ def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
     read = kept[-1] + 1
     print(
         f"Prompts of at most {p.max_prompt_tokens} tokens: training on the first {len(kept):,} problems that fit, "
-        f"found among the first {read:,} of {len(candidates):,} (mean prompt {_mean(lengths[i] for i in kept):.0f} "
-        f"tokens; {_mean(lengths[:read]):.0f} over those {read:,})."
+        f"found among the first {read:,} of {len(candidates):,} (mean prompt {fmean(lengths[i] for i in kept):.0f} "
+        f"tokens; {fmean(lengths[:read]):.0f} over those {read:,})."
     )
     if len(kept) < p.train_size:
         warnings.warn(
@@ -489,11 +490,6 @@ def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
             stacklevel=3,
         )
     return candidates.select(kept)
-
-
-def _mean(values: Iterable[int]) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 # --- The trainer -----------------------------------------------------------------------------------
