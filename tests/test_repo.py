@@ -283,3 +283,12 @@ def test_readme_profile_table_states_each_profiles_group_batch_and_completion_le
         assert group_by_prompts == f"{profile.num_generations} × {profile.prompts_per_step}", f"{name}: group × prompts"
         tokens = int(re.match(r"\d+", cells[6]).group())
         assert tokens == profile.max_completion_length, f"{name}: the README says {tokens} completion tokens"
+
+
+def test_notebook_05_states_each_profiles_number_of_evaluation_problems():
+    """Its goals cell says how many problems each profile evaluates: the numbers profiles.py sets (eval_size)."""
+    first = " ".join("".join(load(REPO / "notebooks" / "05_evaluate.ipynb")["cells"][0]["source"]).split())
+    stated = dict(re.findall(r"`([\w-]+)` (?:evaluates )?(\d+)\b", first))
+    assert sorted(stated) == sorted(PROFILES), f"notebook 05 states the problems of {sorted(stated)}"
+    for name, count in stated.items():
+        assert int(count) == PROFILES[name].eval_size, f"notebook 05 says `{name}` evaluates {count} problems"
