@@ -128,9 +128,9 @@ def finish_warm_start(trainer: Any, folder: str | Path | None = None) -> Any:
     losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
     examples = len(trainer.train_dataset)
     seconds = round(trainer.state.log_history[-1].get("train_runtime", 0.0), 1) if trainer.state.log_history else 0.0
-    info = {"examples": examples, "steps": trainer.state.global_step, "seconds": seconds}
-    setattr(primed.config, WARM_START_MARKER, info)
     steps = trainer.state.global_step
+    info = {"examples": examples, "steps": steps, "seconds": seconds}
+    setattr(primed.config, WARM_START_MARKER, info)
     print(f"warm start: {examples} example{'s' * (examples != 1)}, {steps} step{'s' * (steps != 1)}, losses {losses}")
     if folder is not None:
         primed.save_pretrained(folder)
