@@ -464,19 +464,18 @@ def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
     """
     candidates = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))
     lengths: list[int] = []
-    fitting: list[int] = []
+    kept: list[int] = []
     for start in range(0, len(candidates), PROMPT_BLOCK_ROWS):
         block = candidates.select(range(start, min(start + PROMPT_BLOCK_ROWS, len(candidates))))
         lengths += prompt_token_lengths(tokenizer, list(block["prompt"]))
-        fitting = rows_with_short_prompts(lengths, p.max_prompt_tokens)
-        if len(fitting) >= p.train_size:
+        kept = rows_with_short_prompts(lengths, p.max_prompt_tokens, limit=p.train_size)
+        if len(kept) == p.train_size:
             break
-    if not fitting:
+    if not kept:
         raise ValueError(
             f"No GSM8K train prompt has at most {p.max_prompt_tokens} tokens (max_prompt_tokens of profile "
             f"{p.name!r}); the shortest has {min(lengths, default=0)}. Raise max_prompt_tokens, or set it to None."
         )
-    kept = fitting[: p.train_size]
     read = kept[-1] + 1
     print(
         f"Prompts of at most {p.max_prompt_tokens} tokens: training on the first {len(kept):,} problems that fit, "
