@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 setup: $(STAMP)
-	$(PY) -m course_utils.models
+	$(PY) -m course_utils.lesson.models
 
 lab: setup
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)

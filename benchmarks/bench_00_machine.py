@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 
-from course_utils.hardware import cpu_precision, machine_summary
+from course_utils.core.hardware import cpu_precision, machine_summary
 
 
 def main() -> None:

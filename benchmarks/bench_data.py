@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import time
 
-from course_utils.data import format_gsm8k, load_gsm8k, measure_dataset_vs_dicts, pitfall_report, token_length_stats
+from course_utils.lesson.data import (
+    format_gsm8k,
+    load_gsm8k,
+    measure_dataset_vs_dicts,
+    pitfall_report,
+    token_length_stats,
+)
 
 
 def seconds(function) -> float:
@@ -28,7 +34,7 @@ def main() -> None:
         print(f"{key}_dicts_s: {row['dicts_s']:.5f}")
     from transformers import AutoTokenizer
 
-    from course_utils.models import materialize_offline_model
+    from course_utils.lesson.models import materialize_offline_model
 
     tokenizer = AutoTokenizer.from_pretrained(materialize_offline_model())
     print(f"token_length_stats_s: {seconds(lambda: token_length_stats(raw, tokenizer)):.3f}")

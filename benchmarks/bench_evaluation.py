@@ -17,9 +17,9 @@ import argparse
 
 import torch
 
-from course_utils.data import load_gsm8k
-from course_utils.evaluation import evaluate_model, evaluate_one_at_a_time
-from course_utils.models import load_model_and_tokenizer
+from course_utils.evaluation.heldout import evaluate_model, evaluate_one_at_a_time
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import load_model_and_tokenizer
 
 
 def parse_args() -> argparse.Namespace:

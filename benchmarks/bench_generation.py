@@ -3,7 +3,7 @@
 Prints `name: value` lines:
 
 - ``generate_tokens_per_second``: the lab's generation (its model in this machine's precision path, LoRA
-  applied as the trainer applies it, sampled through ``course_utils.group_generation`` as the trainer samples,
+  applied as the trainer applies it, sampled through ``course_utils.cpu_speed.group_generation`` as the trainer samples,
   the frozen layers' packs kept between calls as during a training run, one prompt times ``num_generations``,
   ``max_completion_length`` new tokens, sampled with the trainer's settings from ``GRPOConfig``);
 - ``generate_hf_default_tokens_per_second``: the same prompts, sampling settings and token count through plain
@@ -30,13 +30,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from peft import get_peft_model
 
-from course_utils.data import load_gsm8k
-from course_utils.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, lean_layers
-from course_utils.hardware import cpu_precision
-from course_utils.models import load_model_and_tokenizer
-from course_utils.packed_linear import describe_kernels, fastest_kernels, packable_layers
-from course_utils.profiles import get_profile
-from course_utils.training import load_model_for_training, make_grpo_config, make_lora_config
+from course_utils.core.hardware import cpu_precision
+from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, lean_layers
+from course_utils.cpu_speed.packed_linear import describe_kernels, fastest_kernels, packable_layers
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.training.run import load_model_for_training, make_grpo_config, make_lora_config
 
 REPEATS = 5
 

@@ -1,6 +1,6 @@
 """Memory estimate versus the measured peak of a real GRPOTrainer run on the CPU.
 
-Runs ``course_utils.memory.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh Python process,
+Runs ``course_utils.training.memory.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh Python process,
 peak resident memory (``VmHWM``) above the post-import baseline, against ``estimate_for_profile`` for the
 same settings. Prints ``name: value`` lines.
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from course_utils.memory import (
+from course_utils.core.profiles import get_profile
+from course_utils.training.memory import (
     GB,
     logprob_workspace_bytes,
     measure_grpo_step_peak,
@@ -22,7 +23,6 @@ from course_utils.memory import (
     memory_table,
     smollm2_spec,
 )
-from course_utils.profiles import get_profile
 
 
 def main() -> None:

@@ -28,13 +28,14 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from course_utils import evaluation, training
-from course_utils.hardware import machine_summary
-from course_utils.memory import peak_rss_gb
-from course_utils.paths import output_dir
-from course_utils.profiles import get_profile
-from course_utils.rewards import REWARD_NAMES, grpo_reward_weights, max_total_reward
-from course_utils.warm_start import warm_start
+from course_utils.core.hardware import machine_summary
+from course_utils.core.paths import output_dir
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation import heldout as evaluation
+from course_utils.lesson.rewards import REWARD_NAMES, grpo_reward_weights, max_total_reward
+from course_utils.training import run as training
+from course_utils.training.memory import peak_rss_gb
+from course_utils.training.warm_start import warm_start
 
 PRESETS = ("initial", "tuned")
 METRICS = ("accuracy", "lenient_accuracy", "format_score")  # strict accuracy, last-number accuracy, strict format

@@ -14,7 +14,7 @@ import itertools
 import random
 import time
 
-from course_utils.rewards import REWARD_FUNCS, answers_match, classic
+from course_utils.lesson.rewards import REWARD_FUNCS, answers_match, classic
 
 N = 10_000
 _SEEDS = itertools.count(1)  # every batch is new: math-verify's cache never sees a repeat

@@ -31,10 +31,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import TrainerCallback
 
-from course_utils import lab, monitoring, training
-from course_utils.group_generation import GroupGeneration, install
-from course_utils.memory import peak_rss_gb
-from course_utils.profiles import get_profile
+from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed.group_generation import GroupGeneration, install
+from course_utils.training import lab, monitoring
+from course_utils.training import run as training
+from course_utils.training.memory import peak_rss_gb
 
 
 class StepTimer(TrainerCallback):

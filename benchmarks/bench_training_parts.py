@@ -13,7 +13,7 @@ the fixed prompt weighs more. Here the sequences are fixed, so two settings can 
 
 P is the mean prompt length of all GSM8K train problems and of those under the profile's ``max_prompt_tokens``;
 C is a short (45) and a full-length (96) completion. Freed memory is reused as while the lab trains
-(``course_utils.cpu_allocator``; ``bench_cpu_allocator.py`` compares with and without).
+(``course_utils.cpu_speed.cpu_allocator``; ``bench_cpu_allocator.py`` compares with and without).
 Run: ``.venv/bin/python benchmarks/bench_training_parts.py``.
 """
 
@@ -31,11 +31,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from course_utils import training
-from course_utils.completion_scoring import completion_tokens_only
-from course_utils.cpu_allocator import reuse_freed_memory
-from course_utils.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
-from course_utils.profiles import get_profile
+from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed.completion_scoring import completion_tokens_only
+from course_utils.cpu_speed.cpu_allocator import reuse_freed_memory
+from course_utils.lesson.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
+from course_utils.training import run as training
 
 COMPLETION_LENGTHS = (45, 96)
 SEQUENCES = 8

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from course_utils.paths import repo_root
-from course_utils.profiles import get_profile
+from course_utils.core.paths import repo_root
+from course_utils.core.profiles import get_profile
 
 
 def course_notebooks(folder: Path | None = None) -> list[Path]:

@@ -1,7 +1,7 @@
 """``make gpu-check``: a few GRPO steps of the GPU profiles' code path on this machine's CUDA GPU.
 
 For instructors before a workshop, and for anyone with a GPU at hand. Each set-up runs in its own process
-(a fresh GPU each time) for ``--steps`` steps with the course's own functions (course_utils.training):
+(a fresh GPU each time) for ``--steps`` steps with the course's own functions (course_utils.training.run):
 
 - ``4bit-lora``: the ``colab-t4`` path, 4-bit weights (bitsandbytes) + LoRA, gradient checkpointing;
 - ``lora``: the ``gpu`` path, 16-bit weights + LoRA, generation with transformers;
@@ -35,7 +35,7 @@ def setups_to_run(vllm_installed: bool) -> list[str]:
 
 def check_profile(setup: str, bf16: bool, steps: int, offline: bool) -> Any:
     """The set-up's profile, cut to ``steps`` steps, in the precision the card has, on the model at hand."""
-    from course_utils.profiles import OFFLINE_MODEL_ID, get_profile
+    from course_utils.core.profiles import OFFLINE_MODEL_ID, get_profile
 
     spec = SETUPS[setup]
     profile = get_profile(spec["base"])
@@ -67,9 +67,9 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     """One set-up, in this process: load, build the trainer as notebook 04 does, train, measure."""
     import torch
 
-    from course_utils.models import ModelUnavailableError
-    from course_utils.profiles import bf16_supported
-    from course_utils.training import build_trainer, load_model_for_training, make_grpo_config
+    from course_utils.core.profiles import bf16_supported
+    from course_utils.lesson.models import ModelUnavailableError
+    from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config
 
     bf16 = bf16_supported()
     profile = check_profile(setup, bf16, steps, offline=False)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         print("RESULT " + json.dumps(run_setup(args.run, args.steps)))
         return 0
-    from course_utils.training import vllm_available
+    from course_utils.training.run import vllm_available
 
     print(f"gpu: {torch.cuda.get_device_name(0)}")
     print(f"gpu_memory_gb: {torch.cuda.get_device_properties(0).total_memory / 1024**3:.1f}")

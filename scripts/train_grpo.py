@@ -1,12 +1,12 @@
 """Train GRPO from a course profile outside the notebook: one GPU, several GPUs, or several CPU processes.
 
-Notebook 04's steps (course_utils.training), from the same profile, with overrides on the command line::
+Notebook 04's steps (course_utils.training.run), from the same profile, with overrides on the command line::
 
     python scripts/train_grpo.py --profile gpu --set max_steps=200 --set learning_rate=3e-5
     accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 4 scripts/train_grpo.py --profile gpu
     accelerate launch --cpu --num_processes 2 scripts/train_grpo.py --profile ci        # CPUs (gloo)
 
-``--set FIELD=VALUE`` changes a profile field (``course_utils.profiles.Profile``); ``--config FIELD=VALUE`` a
+``--set FIELD=VALUE`` changes a profile field (``course_utils.core.profiles.Profile``); ``--config FIELD=VALUE`` a
 ``GRPOConfig`` field the profile does not have. ``--vllm-server URL`` generates on a separate ``trl vllm-serve``.
 Under several processes, only the main one clears the run folder and saves the model.
 """
@@ -22,9 +22,9 @@ from typing import Any
 from accelerate import PartialState
 from transformers.trainer_utils import get_last_checkpoint
 
-from course_utils.monitoring import save_run_artifacts
-from course_utils.profiles import Profile, get_profile, profile_names
-from course_utils.training import (
+from course_utils.core.profiles import Profile, get_profile, profile_names
+from course_utils.training.monitoring import save_run_artifacts
+from course_utils.training.run import (
     build_trainer,
     clear_run_dir,
     default_run_dir,
@@ -33,7 +33,7 @@ from course_utils.training import (
     save_final,
     warm_start_model_dir,
 )
-from course_utils.warm_start import warm_start
+from course_utils.training.warm_start import warm_start
 
 
 def parse_value(text: str) -> Any:

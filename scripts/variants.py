@@ -17,10 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_utils.hardware import cpu_precision, machine_summary
-from course_utils.monitoring import monitor, save_run_artifacts
-from course_utils.profiles import get_profile
-from course_utils.variants import (
+from course_utils.core.hardware import cpu_precision, machine_summary
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.variants import (
     HACK_TXT,
     RESULTS_TXT,
     VARIANTS,
@@ -32,6 +31,7 @@ from course_utils.variants import (
     starting_model,
     write_results,
 )
+from course_utils.training.monitoring import monitor, save_run_artifacts
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -37,7 +37,7 @@ def gsm8k_env(gsm8k_dir, monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def offline_model_and_tokenizer():
     """The offline SmolLM2 model and tokenizer, loaded once for the whole test session (read-only use)."""
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer("ci")
 

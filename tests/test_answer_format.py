@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils import answer_format as fmt
-from course_utils import data, rewards
-from course_utils.warm_start import warm_start_target
+from course_utils.core import answer_format as fmt
+from course_utils.lesson import data, rewards
+from course_utils.training.warm_start import warm_start_target
 
 
 def test_system_prompt_shows_the_template_with_placeholders():

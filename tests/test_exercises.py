@@ -8,11 +8,11 @@ import re
 import pytest
 import torch
 
-from course_utils import exercises
-from course_utils.answer_format import TAGS
-from course_utils.data import SYSTEM_PROMPT
-from course_utils.profiles import get_profile
-from course_utils.rewards import answers_match, classic, completion_texts, extract_xml_answer, plain_number
+from course_utils.core.answer_format import TAGS
+from course_utils.core.profiles import get_profile
+from course_utils.exercises import checks as exercises
+from course_utils.lesson.data import SYSTEM_PROMPT
+from course_utils.lesson.rewards import answers_match, classic, completion_texts, extract_xml_answer, plain_number
 
 
 def _takes_only_the_answer(function) -> bool:
@@ -79,7 +79,7 @@ def test_value_checks_of_01_03_06_accept_the_right_answers():
 
 
 def test_biggest_memory_saving_names_one_fix():
-    from course_utils.memory import OOM_FIXES
+    from course_utils.training.memory import OOM_FIXES
 
     accepted = [
         label for label in OOM_FIXES if not label.startswith("all") and exercises.check_06_biggest_saving(label)
@@ -136,7 +136,7 @@ def test_refusing_with_another_kind_of_error_is_a_difference():
 
 
 def test_a_subclass_of_a_builtin_error_is_matched_by_the_builtin():
-    from course_utils.data import GSM8KFormatError
+    from course_utils.lesson.data import GSM8KFormatError
 
     def reference(text):
         raise GSM8KFormatError("bad")
@@ -234,7 +234,7 @@ def test_check_01_losses():
     assert not exercises.check_01_sequence_mean_loss(token_mean_loss)
 
 
-# --- 02: the learner's parser, prompt and mapping against course_utils.data ---------------------------
+# --- 02: the learner's parser, prompt and mapping against course_utils.lesson.data ---------------------------
 
 
 def learner_extract(text):
@@ -260,7 +260,7 @@ def learner_row(row):
 
 @pytest.fixture(scope="module")
 def gsm8k_train(gsm8k_dir):
-    from course_utils.data import load_gsm8k
+    from course_utils.lesson.data import load_gsm8k
 
     return load_gsm8k("train", folder=gsm8k_dir, verbose=False)
 
@@ -369,7 +369,7 @@ def test_check_05_last_number(capsys):
     assert not exercises.check_05_last_number(lambda text: None)
 
 
-# --- 03: the learner's five rewards and a reward of their own, against course_utils.rewards ---------------
+# --- 03: the learner's five rewards and a reward of their own, against course_utils.lesson.rewards ---------------
 
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils import monitoring, preflight
-from course_utils.findings import SEVERITIES, Finding
+from course_utils.core.findings import SEVERITIES, Finding
+from course_utils.training import monitoring, preflight
 
 
 def test_preflight_and_monitoring_share_the_type():

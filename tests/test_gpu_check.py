@@ -44,7 +44,7 @@ def test_vllm_setup_only_where_vllm_is_installed(gpu_check):
 
 @pytest.mark.parametrize("bf16", [True, False])
 def test_profiles_follow_the_card_and_fall_back_to_the_offline_model(gpu_check, bf16):
-    from course_utils.profiles import OFFLINE_MODEL_ID, get_profile
+    from course_utils.core.profiles import OFFLINE_MODEL_ID, get_profile
 
     quantized = gpu_check.check_profile("4bit-lora", bf16, steps=3, offline=False)
     assert quantized.load_in_4bit and quantized.use_lora and quantized.max_steps == 3

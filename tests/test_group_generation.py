@@ -12,9 +12,9 @@ from peft import LoraConfig, get_peft_model
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicLayer
 
-from course_utils import group_generation as gg
-from course_utils import packed_linear as pl
-from course_utils.models import build_tiny_random_model
+from course_utils.cpu_speed import group_generation as gg
+from course_utils.cpu_speed import packed_linear as pl
+from course_utils.lesson.models import build_tiny_random_model
 
 PAD = 0
 

@@ -1,4 +1,4 @@
-"""Tests for course_utils.grpo, against the installed TRL's own code.
+"""Tests for course_utils.lesson.grpo, against the installed TRL's own code.
 
 ``grpo.trl_trainer`` builds a real ``GRPOTrainer`` on a tiny random Qwen2 model; the tests let it compute
 advantages (``_generate_and_score_completions`` with rewards we choose) and the loss (``_compute_loss`` on
@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from course_utils.grpo import (
+from course_utils.lesson.grpo import (
     FixedRewards,
     clipped_objective,
     frac_reward_zero_std,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import hardware
-from course_utils.hardware import (
+from course_utils.core import hardware
+from course_utils.core.hardware import (
     PRECISION_CHOICES,
     PRECISION_ENV_VAR,
     cpu_flags,

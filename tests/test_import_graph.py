@@ -17,7 +17,7 @@ PACKAGE = REPO_ROOT / "course_utils"
 
 
 def module_name(path: Path) -> str:
-    """``course_utils/rewards/__init__.py`` -> ``course_utils.rewards``; ``.../data.py`` -> ``course_utils.data``."""
+    """``.../data.py`` -> ``course_utils.lesson.data``."""
     parts = path.relative_to(REPO_ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -80,15 +80,16 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_is_read_from_every_module() -> None:
     graph = import_graph()
-    assert {"course_utils.training", "course_utils.evaluation", "course_utils.plotting"} <= set(graph)
-    assert "course_utils.models" in graph["course_utils.training"]  # a top-level import is seen
-    assert "course_utils.profiles" in graph["course_utils.data"]
+    expected = {"course_utils.training.run", "course_utils.evaluation.heldout", "course_utils.lesson.plotting"}
+    assert expected <= set(graph)
+    assert "course_utils.lesson.models" in graph["course_utils.training.run"]  # a top-level import is seen
+    assert "course_utils.core.profiles" in graph["course_utils.lesson.data"]
 
 
 def test_function_level_imports_are_seen(tmp_path) -> None:
     source = tmp_path / "mod.py"
-    source.write_text("def f():\n    from course_utils.training import train\n    import course_utils.data\n")
-    known = {"course_utils.training", "course_utils.data"}
+    source.write_text("def f():\n    from course_utils.training.run import train\n    import course_utils.lesson.data\n")  # noqa: E501
+    known = {"course_utils.training.run", "course_utils.lesson.data"}
     assert imported_modules(source, known) == known
 
 
@@ -102,9 +103,9 @@ def test_no_import_cycle_in_course_utils() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-@pytest.mark.parametrize("forbidden", ["course_utils.training", "course_utils.evaluation"])
+@pytest.mark.parametrize("forbidden", ["course_utils.training.run", "course_utils.evaluation.heldout"])
 def test_plotting_is_a_leaf(forbidden) -> None:
-    assert forbidden not in reachable(import_graph(), "course_utils.plotting")
+    assert forbidden not in reachable(import_graph(), "course_utils.lesson.plotting")
 
 
 def test_course_utils_imports_sit_at_the_top_of_each_file() -> None:

@@ -9,13 +9,14 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from course_utils import lesson_checks, training
-from course_utils.data import load_gsm8k
-from course_utils.lesson_checks import DiffersFromReference, field_differences
-from course_utils.models import build_tiny_random_model
-from course_utils.profiles import get_profile
-from course_utils.rewards import REWARD_FUNCS, answers_match, extract_xml_answer, load_weights
-from course_utils.warm_start import make_sft_config
+from course_utils.core.profiles import get_profile
+from course_utils.exercises import lesson_checks
+from course_utils.exercises.lesson_checks import DiffersFromReference, field_differences
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.lesson.rewards import REWARD_FUNCS, answers_match, extract_xml_answer, load_weights
+from course_utils.training import run as training
+from course_utils.training.warm_start import make_sft_config
 
 
 def test_field_differences_name_each_field_both_ways():

@@ -9,10 +9,10 @@ import trl.trainer.utils as trl_utils
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
-from course_utils import logit_tiles as lt
-from course_utils.models import build_tiny_random_model
-from course_utils.profiles import get_profile
-from course_utils.training import lab_callbacks
+from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed import logit_tiles as lt
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.training.run import lab_callbacks
 
 EVERY_OUTPUT = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 # A loss of the differentiable outputs, with weights of either sign, as GRPO's loss and an entropy term make

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.hardware import PRECISION_ENV_VAR
-from course_utils.memory import (
+from course_utils.core.hardware import PRECISION_ENV_VAR
+from course_utils.core.profiles import get_profile
+from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.training.memory import (
     GB,
     GPU_MEMORY_GB,
     LOGPROB_BACKWARD_TILES,
@@ -25,8 +27,6 @@ from course_utils.memory import (
     spec_from_config,
     what_if_table,
 )
-from course_utils.models import load_model_and_tokenizer
-from course_utils.profiles import get_profile
 
 
 @pytest.fixture(scope="module")
@@ -323,7 +323,7 @@ def test_peak_rss_of_a_child_is_its_own():
 
     ballast = bytearray(1536 * 2**20)  # 1.5 GiB resident here: far above a child that imports torch (~0.5 GB)
     ballast[::4096] = b"x" * len(ballast[::4096])
-    code = "from course_utils.memory import peak_rss_gb; print(peak_rss_gb())"
+    code = "from course_utils.training.memory import peak_rss_gb; print(peak_rss_gb())"
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert peak_rss_gb() > 1.5 > child > 0.005, (peak_rss_gb(), child)
     del ballast
@@ -349,7 +349,7 @@ def test_memory_table_has_the_gpu_profile_on_a100_and_h100_with_vllm():
 
 
 def test_vllm_reservation_needs_a_gpu_size_and_a_vllm_profile():
-    from course_utils.memory import vllm_reservation_gb
+    from course_utils.training.memory import vllm_reservation_gb
 
     assert vllm_reservation_gb("gpu", None) == 0.0
     assert vllm_reservation_gb("colab-t4", 15.0) == 0.0

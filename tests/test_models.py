@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from course_utils import models
-from course_utils.models import (
+from course_utils.cpu_speed.packed_linear import GENERATE_PACKS_ITSELF
+from course_utils.lesson import models
+from course_utils.lesson.models import (
     Generation,
     ModelUnavailableError,
     greedy_generate,
@@ -17,7 +18,6 @@ from course_utils.models import (
     materialized_model_dir,
     saved_model_kind,
 )
-from course_utils.packed_linear import GENERATE_PACKS_ITSELF
 
 
 def test_missing_wheel_names_the_install_command(monkeypatch):

@@ -53,7 +53,7 @@ def test_slider_weights_reach_notebook_04_config(tmp_path, monkeypatch):
     moves = "\n".join(f"lab.sliders[{name!r}].value = {value}" for name, value in MOVED.items())
     _run(
         [
-            _cell("03_reward_functions.ipynb", "from course_utils.widgets import"),
+            _cell("03_reward_functions.ipynb", "from course_utils.lesson.widgets import"),
             _cell("03_reward_functions.ipynb", 'lab = RewardLab(preset="initial")'),
             moves,
             _cell("03_reward_functions.ipynb", "lab.save()"),

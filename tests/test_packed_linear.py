@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils import packed_linear as pl
-from course_utils.hardware import cpu_model_name
-from course_utils.models import build_tiny_random_model
+from course_utils.core.hardware import cpu_model_name
+from course_utils.cpu_speed import packed_linear as pl
+from course_utils.lesson.models import build_tiny_random_model
 
 DTYPES = [torch.float32, torch.bfloat16]
 

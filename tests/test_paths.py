@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import paths
-from course_utils.profiles import PROFILES, get_profile
+from course_utils.core import paths
+from course_utils.core.profiles import PROFILES, get_profile
 
 
 def test_repo_root_holds_the_notebooks_whatever_the_working_directory(monkeypatch, tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from course_utils import plotting
+from course_utils.lesson import plotting
 
 
 @pytest.fixture(autouse=True)

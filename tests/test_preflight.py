@@ -10,10 +10,10 @@ import pytest
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
-from course_utils.data import load_gsm8k
-from course_utils.memory import QWEN25_05B
-from course_utils.models import materialize_offline_model
-from course_utils.preflight import (
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import materialize_offline_model
+from course_utils.training.memory import QWEN25_05B
+from course_utils.training.preflight import (
     KNOWN_HARDWARE,
     Finding,
     Hardware,
@@ -185,7 +185,7 @@ def test_memory_tight_warning():
 
 
 def test_real_model_object_feeds_the_memory_check():
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer("ci")
     assert "memory-too-high" in codes(check(CPU_OK, model=model, hardware={**CPU, "available_memory_gb": 0.5}))
@@ -240,7 +240,7 @@ def test_display_helpers():
 
 
 def test_vllm_asked_for_in_the_config_but_not_installed_is_an_error():
-    from course_utils.training import vllm_available
+    from course_utils.training.run import vllm_available
 
     if vllm_available():
         pytest.skip("vllm is installed here")
@@ -250,7 +250,7 @@ def test_vllm_asked_for_in_the_config_but_not_installed_is_an_error():
 
 
 def test_a_profile_that_wants_vllm_where_it_is_missing_gets_a_warning():
-    from course_utils.training import grpo_config_kwargs, vllm_available
+    from course_utils.training.run import grpo_config_kwargs, vllm_available
 
     if vllm_available():
         pytest.skip("vllm is installed here")
@@ -263,7 +263,7 @@ def test_a_profile_that_wants_vllm_where_it_is_missing_gets_a_warning():
 
 
 def test_colocated_vllm_counts_its_share_of_the_gpu():
-    from course_utils.memory import QWEN25_05B
+    from course_utils.training.memory import QWEN25_05B
 
     config = {"per_device_train_batch_size": 8, "num_generations": 8, "fp16": True, "bf16": False}
     t4 = KNOWN_HARDWARE["T4"]
@@ -283,7 +283,7 @@ def test_h100_is_a_known_bf16_gpu():
 
 
 def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
-    from course_utils.preflight import trl_choices
+    from course_utils.training.preflight import trl_choices
 
     valid = trl_choices("loss_type")
     assert {"grpo", "dapo", "dr_grpo", "bnpo"} <= set(valid)
@@ -292,7 +292,7 @@ def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
 
 
 def test_unknown_loss_type_is_an_error_listing_the_valid_ones():
-    from course_utils.preflight import trl_choices
+    from course_utils.training.preflight import trl_choices
 
     [finding] = [f for f in check({**CPU_OK, "loss_type": "drgrpo"}, hardware=CPU) if f.code == "unknown-loss-type"]
     assert finding.severity == "error"

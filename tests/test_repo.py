@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_utils.profiles import PROFILES
+from course_utils.core.profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -114,7 +114,7 @@ def test_notebook_ends_with_a_recap_and_checked_exercises(path):
     notebook = load(path)
     text = "\n".join(markdown(notebook)).lower()
     assert "recap" in text and "exercise" in text
-    from course_utils import exercises
+    from course_utils.exercises import checks as exercises
 
     called = set(re.findall(r"\b(check_\d\d_\w+)\(", "\n".join(code_cells(notebook))))
     assert called, f"{path.name} calls no exercise check"

@@ -1,4 +1,4 @@
-"""Tests for course_utils.rewards: corrected rewards, classic originals, shaping, weights and tables."""
+"""Tests for course_utils.lesson.rewards: corrected rewards, classic originals, shaping, weights and tables."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 import pandas as pd
 import pytest
 
-from course_utils import rewards as R
-from course_utils.rewards import classic
+from course_utils.lesson import rewards as R
+from course_utils.lesson.rewards import classic
 
 MB = 1_000_000
 GOOD = "<reasoning>\nstep one\nstep two\n</reasoning>\n<answer>\n1000\n</answer>"
@@ -517,7 +517,7 @@ def test_compare_variants_shows_where_they_differ():
 
 
 def test_extract_xml_answer_is_the_data_modules():
-    from course_utils.data import extract_xml_answer
+    from course_utils.lesson.data import extract_xml_answer
 
     assert R.extract_xml_answer is extract_xml_answer
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.rewards import CORRECT_REWARD, REWARD_FUNCS
-from course_utils.rewards.hacking import (
+from course_utils.evaluation.variants import hack_rewards
+from course_utils.lesson.rewards import CORRECT_REWARD, REWARD_FUNCS
+from course_utils.lesson.rewards.hacking import (
     HACK_WEIGHT,
     LENGTH_BONUS_CAP,
     LENGTH_BONUS_PER_WORD,
@@ -16,7 +17,6 @@ from course_utils.rewards.hacking import (
     paid_length_bonus_reward_func,
     paid_novelty_reward_func,
 )
-from course_utils.variants import hack_rewards
 
 HONEST = "<reasoning>\n40 * 25 = 1000\n</reasoning>\n<answer>\n1000\n</answer>"
 GAMING = "<reasoning>\nzebra quantum violet harbor nebula saffron gondola\n</reasoning>\n<answer>\n7\n</answer>"

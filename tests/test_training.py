@@ -14,18 +14,19 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from course_utils import hardware, training
-from course_utils.group_generation import INSTALLED_FLAG
-from course_utils.hardware import PRECISION_ENV_VAR
-from course_utils.monitoring import LiveDashboard, save_run_artifacts, training_logs
-from course_utils.profiles import PROFILES, get_profile
-from course_utils.training import (
+from course_utils.core import hardware
+from course_utils.core.hardware import PRECISION_ENV_VAR
+from course_utils.core.profiles import PROFILES, get_profile
+from course_utils.cpu_speed.group_generation import INSTALLED_FLAG
+from course_utils.training import run as training
+from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
+from course_utils.training.run import (
     GenerationBatchError,
     check_generation_batch,
     grpo_config_kwargs,
     make_grpo_config,
 )
-from course_utils.warm_start import warm_start, warm_start_dataset
+from course_utils.training.warm_start import warm_start, warm_start_dataset
 
 matplotlib.use("Agg")
 
@@ -202,7 +203,7 @@ def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offl
     train = training.training_dataset(profile, tokenizer=tokenizer)
     assert "training on the first 40 problems that fit" in capsys.readouterr().out
     # Independently: walk the raw train file in order and keep the questions whose prompt fits
-    from course_utils.data import build_prompt
+    from course_utils.lesson.data import build_prompt
 
     expected = []
     for line in (gsm8k_dir / "train.jsonl").read_text().splitlines():
@@ -246,7 +247,7 @@ def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tok
 
 def test_profile_preset_reaches_the_config(tmp_path):
     """The profile's preset is what trains: "initial" is every reward at its own size, "tuned" its multipliers."""
-    from course_utils.rewards import DEFAULT_WEIGHTS
+    from course_utils.lesson.rewards import DEFAULT_WEIGHTS
 
     assert grpo_config_kwargs("cpu", tmp_path)["reward_weights"] == [1.0] * 5
     tuned = get_profile("ci").override(reward_weights="tuned")
@@ -258,7 +259,7 @@ def test_profile_preset_reaches_the_config(tmp_path):
 
 
 def test_saved_weights_reach_the_config(tmp_path, monkeypatch):
-    from course_utils.rewards import load_weights, save_weights
+    from course_utils.lesson.rewards import load_weights, save_weights
 
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     save_weights([2.0, 0.5, 1.0, 1.0, 0.0])
@@ -284,7 +285,7 @@ def test_missing_trained_model_says_which_notebook(gsm8k_env):
 @pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_ci_run_end_to_end(gsm8k_env):
     """Warm start, a real 3-step GRPO run in the ci profile, dashboard, artifacts, save and reload."""
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     profile = get_profile("ci")
     model, tokenizer = load_model_and_tokenizer(profile)
@@ -324,7 +325,7 @@ class _Crash(TrainerCallback):
 
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
-    from course_utils.models import load_model_and_tokenizer
+    from course_utils.lesson.models import load_model_and_tokenizer
 
     profile = get_profile("ci").override(  # one prompt's group per step: resuming is what is tested here
         warm_start_examples=0, max_steps=4, save_steps=2, max_completion_length=8, beta=0.0,
@@ -351,7 +352,7 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     """The colab-t4 path (Qwen2 LoRA targets, config, GRPO step, adapter save/reload) on the CPU."""
     from peft import PeftModel, get_peft_model_state_dict
 
-    from course_utils.models import build_tiny_random_model
+    from course_utils.lesson.models import build_tiny_random_model
 
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("colab-t4").override(
@@ -432,7 +433,7 @@ def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_mo
     """report_to="tensorboard": TRL's own logging writes event files in the run folder, with the reward in them."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from course_utils.models import build_tiny_random_model
+    from course_utils.lesson.models import build_tiny_random_model
 
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("ci").override(

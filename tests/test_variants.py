@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from course_utils import variants
-from course_utils.preflight import check, on_policy
-from course_utils.training import make_grpo_config
+from course_utils.evaluation import variants
+from course_utils.training.preflight import check, on_policy
+from course_utils.training.run import make_grpo_config
 
 
 def test_every_variant_is_a_real_grpo_config(tmp_path):

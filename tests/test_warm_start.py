@@ -8,14 +8,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import training
-from course_utils.models import build_tiny_random_model, profile_dtype
-from course_utils.profiles import get_profile
-from course_utils.warm_start import load_saved_warm_start, make_sft_config, warm_start_dataset, warm_start_target
+from course_utils.core.profiles import get_profile
+from course_utils.lesson.models import build_tiny_random_model, profile_dtype
+from course_utils.training import run as training
+from course_utils.training.warm_start import (
+    load_saved_warm_start,
+    make_sft_config,
+    warm_start_dataset,
+    warm_start_target,
+)
 
 
 def test_warm_start_target_is_strict_format_and_correct():
-    from course_utils.rewards import correctness_reward_func, is_strict_format
+    from course_utils.lesson.rewards import correctness_reward_func, is_strict_format
 
     solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
     target = warm_start_target(solution, reasoning_lines=1)

@@ -6,8 +6,8 @@ import html
 
 import pytest
 
-from course_utils.rewards import DEFAULT_WEIGHTS, REWARD_NAMES, TOTAL_COLUMN, max_total_reward
-from course_utils.widgets import (
+from course_utils.lesson.rewards import DEFAULT_WEIGHTS, REWARD_NAMES, TOTAL_COLUMN, max_total_reward
+from course_utils.lesson.widgets import (
     CALIBRATION_HIGH,
     CALIBRATION_LOW,
     SAMPLE_BANK,
@@ -106,7 +106,7 @@ def test_toggle_switches_stage():
 
 
 def test_lab_saves_the_slider_weights_for_training(tmp_path):
-    from course_utils.rewards import load_weights
+    from course_utils.lesson.rewards import load_weights
 
     lab = RewardLab(preset="initial")
     lab.sliders["correctness_reward_func"].value = 2.5

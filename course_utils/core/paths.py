@@ -1,0 +1,202 @@
+"""Where the course reads and writes files.
+
+Notebooks run with their own folder as the working directory (Jupyter, nbmake, Colab all differ), so
+every path is resolved here, once, from the location of the course itself and never from the
+current directory. Each location can be moved with an environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Protocol
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def repo_root() -> Path:
+    """The course checkout (the folder holding ``notebooks/`` and ``course_utils/``).
+
+    When the package is installed without its checkout (a wheel), the current directory stands in.
+    """
+    candidate = PACKAGE_DIR.parent
+    if (candidate / "notebooks").is_dir():
+        return candidate
+    return Path.cwd()
+
+
+def data_dir() -> Path:
+    """The course's own small data files (``data/`` in the checkout)."""
+    return repo_root() / "data"
+
+
+def output_dir() -> Path:
+    """Training runs, adapters, saved datasets and figures: git-ignored, set by ``COURSE_OUTPUT_DIR``."""
+    path = Path(os.environ.get("COURSE_OUTPUT_DIR", repo_root() / "outputs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Materialized models live here, shared by every checkout: set by ``COURSE_CACHE_DIR``."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-course"
+    path = Path(os.environ.get("COURSE_CACHE_DIR", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
+
+
+def bench_results_path() -> Path:
+    """``benchmarks/results.txt``, written by ``make bench``: the measured figures, headed by the machine."""
+    return Path(os.environ.get(BENCH_RESULTS_ENV_VAR, repo_root() / "benchmarks" / "results.txt"))
+
+
+def bench_figures(names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The ``name: value`` lines of ``bench_results_path()`` named in ``names`` (none before ``make bench``).
+
+    Why: figures that vary by machine have one home, this file, and text cites it instead of restating them.
+    """
+    path = bench_results_path()
+    if not path.is_file():
+        return {}
+    figures = {}
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() in names:
+            figures[name.strip()] = value.strip()
+    return figures
+
+
+def describe_bench_figures(names: list[str] | tuple[str, ...]) -> str:
+    """The figures as ``name: value`` lines, the machine's lines first, or how to measure them here."""
+    machine = ("measured_on", "machine_cpu", "cpu_capability", "cpu_precision_path")
+    figures = bench_figures((*machine, *names))
+    if not any(name in figures for name in names):
+        return f"No measured figures yet in {bench_results_path()}: run `make bench` to measure this machine."
+    return "\n".join(f"{name}: {value}" for name, value in figures.items())
+
+
+README_TABLE_HEADER = ("notebook", "what you do")  # the first two columns of the README's notebook table
+README_NON_PROFILE_COLUMNS = {"notebook", "what you do", "colab"}
+README_URL = "https://github.com/grpo-course/grpo-course#the-notebooks"
+
+
+class _Named(Protocol):
+    """Anything with a ``name``, such as a ``core.profiles.Profile`` (not imported: paths sits below it)."""
+
+    name: str
+
+
+def readme_path() -> Path:
+    """The checkout's ``README.md``, home of the notebook table with each notebook's run time per profile."""
+    return repo_root() / "README.md"
+
+
+def _table_cells(line: str) -> list[str]:
+    """The cells of one markdown table row (an escaped ``\\|`` stays inside its cell)."""
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def _notebook_stem(cell: str) -> str | None:
+    """``[`notebooks/03_x.ipynb`](notebooks/03_x.ipynb)`` -> ``03_x``; None for a cell naming no notebook."""
+    match = re.search(r"notebooks/(\w+)\.ipynb", cell)
+    return match.group(1) if match else None
+
+
+def readme_run_times(readme: Path | None = None) -> dict[str, dict[str, str]]:
+    """Notebook stem -> {profile: run time} from the README's notebook table.
+
+    Why: the run times have one home, that table; notebooks print their row instead of restating it.
+    A missing README raises FileNotFoundError; a missing table or a malformed row raises ValueError.
+    """
+    path = readme or readme_path()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: the notebook run times live in the course checkout's README.md; "
+            "run from a clone of the course (or set the readme argument to its README.md)."
+        )
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next(
+        (i for i, line in enumerate(lines) if tuple(c.lower() for c in _table_cells(line)[:2]) == README_TABLE_HEADER),
+        None,
+    )
+    if start is None or start + 1 >= len(lines) or not re.fullmatch(r"[|:\-\s]+", lines[start + 1]):
+        raise ValueError(
+            f"{path} has no notebook table: add one whose header starts with '| notebook | what you do |', "
+            "followed by a '| --- | --- | ... |' line."
+        )
+    header = [cell.lower() for cell in _table_cells(lines[start])]
+    profiles = [name for name in header if name not in README_NON_PROFILE_COLUMNS]
+    if not profiles:
+        raise ValueError(f"{path}: the notebook table has no profile column (e.g. '| ci |') in its header.")
+    table = {}
+    for number, line in enumerate(lines[start + 2 :], start=start + 3):
+        if not line.strip().startswith("|"):
+            break
+        cells = _table_cells(line)
+        stem = _notebook_stem(cells[0])
+        if stem is None or len(cells) != len(header):
+            raise ValueError(
+                f"{path}:{number}: malformed notebook row ({len(cells)} cells, the header has {len(header)}; "
+                "the first cell must link notebooks/NN_name.ipynb): fix the row to match the header."
+            )
+        times = {name: cell for name, cell in zip(header, cells, strict=True) if name in profiles}
+        empty = [name for name, time in times.items() if not time]
+        if empty:
+            raise ValueError(f"{path}:{number}: {stem} has no run time for {', '.join(empty)}: fill in the cell.")
+        table[stem] = times
+    return table
+
+
+def _find_notebook(notebook: str, known: list[str]) -> str:
+    """The stem ``notebook`` names: the stem itself, its ``NN`` number, or a ``.ipynb`` file name or path."""
+    if not isinstance(notebook, str) or not notebook.strip():
+        raise ValueError(f"notebook must be a name such as '03_reward_functions' or '03', not {notebook!r}.")
+    name = Path(notebook.strip()).name.removesuffix(".ipynb")
+    matches = [stem for stem in known if name in (stem, stem.split("_", 1)[0])]
+    if len(matches) != 1:
+        raise ValueError(
+            f"Unknown notebook {notebook!r}: the README's notebook table has {', '.join(known)} "
+            "(pass one of these stems or its two-digit number)."
+        )
+    return matches[0]
+
+
+def notebook_run_times(notebook: str, readme: Path | None = None) -> dict[str, str]:
+    """{profile: expected run time} of ``notebook`` (``"03_reward_functions"`` or ``"03"``), from the README."""
+    table = readme_run_times(readme)
+    return table[_find_notebook(notebook, list(table))]
+
+
+def describe_run_time(notebook: str, profile: str | _Named, readme: Path | None = None) -> str:
+    """One line with ``notebook``'s expected run time on ``profile`` (a name or a Profile), other profiles after.
+
+    Why: a notebook prints its own row of the README's table instead of restating it. Without a README (an
+    installed package without its checkout) it says where to read the table rather than failing.
+    """
+    name = getattr(profile, "name", profile)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"profile must be a profile name such as 'ci' or a Profile, not {profile!r}.")
+    key = name.strip().lower().replace("_", "-")
+    try:
+        table = readme_run_times(readme)
+    except FileNotFoundError:
+        return (
+            f"Expected run time of {notebook}: no README.md at {readme or readme_path()} (course_utils runs without "
+            f"the course checkout); read the notebook table at {README_URL}."
+        )
+    stem = _find_notebook(notebook, list(table))
+    times = table[stem]
+    others = ", ".join(f"{other} {time}" for other, time in times.items() if other != key)
+    if key not in times:
+        return (
+            f"No expected run time of {stem} for the {key} profile: the README's notebook table has columns "
+            f"for {', '.join(times)} only; add a '{key}' column to it ({others})."
+        )
+    return (
+        f"Expected run time of {stem} on the {key} profile: {times[key]} "
+        f"(README's notebook table; other profiles: {others})."
+    )

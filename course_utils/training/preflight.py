@@ -1,0 +1,683 @@
+"""Preflight checks: catch a doomed GRPO run before its first step, and say how to fix it in plain words.
+
+``check(config, model=None, dataset=None, hardware=None)`` returns a list of ``Finding`` objects. The
+config is a ``trl.GRPOConfig`` or a plain dict of its arguments: a dict can hold settings that
+``GRPOConfig`` itself refuses with a traceback (a generation batch that is not a multiple of the group
+size, bf16 on a CPU); here they become a finding that explains the cause and the fix.
+
+What it finds (``Finding.code``):
+
+- ``group-too-small``: ``num_generations`` < 2, so no prompt has a group to compare against;
+- ``batch-not-divisible``: the generation batch (per-device batch x steps per generation x processes)
+  is not a whole number of groups; ``generation-settings-conflict``, ``generation-batch-not-divisible``;
+- ``bf16-unsupported``: bf16 on a GPU without it (T4) or on the CPU; ``fp16-on-cpu``;
+- ``completion-too-short``: ``max_completion_length`` below the 90th percentile of the reference solutions'
+  token lengths (needs ``dataset`` and a tokenizer), so most answers would be cut off before the answer tag;
+- ``kl-not-logged``: ``beta`` is 0, so TRL builds no reference model and logs no ``kl``;
+- ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.training.memory`` against the hardware;
+- ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed;
+- ``unknown-loss-type`` / ``unknown-importance-sampling-level``: a value the installed TRL does not know (the
+  valid loss types are read from TRL, ``trl_choices``);
+- ``sequence-ratio-on-policy`` / ``clip-higher-on-policy``: GSPO's sequence ratio or clip-higher on an on-policy
+  run, where the importance ratio is exactly 1 and they change nothing (info).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from course_utils.core.findings import SEVERITIES, Finding
+from course_utils.core.hardware import cpu_supports_bf16
+from course_utils.core.paths import output_dir
+from course_utils.core.profiles import Profile, get_profile
+from course_utils.lesson import data
+from course_utils.training.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
+from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config, vllm_available
+
+COMPLETION_PERCENTILE = 90
+MEMORY_TIGHT_FRACTION = 0.9
+
+
+class PreflightError(RuntimeError):
+    """Raised by ``raise_for_errors`` when a finding says the run cannot work."""
+
+
+# --- Hardware -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The machine a run will use: what the checks need to know about it."""
+
+    device: str  # "cpu" or "cuda"
+    gpu_name: str | None = None
+    bf16: bool = False  # native bfloat16: Ampere+ GPUs; CPUs with AVX512-BF16 or AMX
+    total_memory_gb: float = 0.0
+    available_memory_gb: float = 0.0
+    num_processes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"Hardware.device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.available_memory_gb < 0 or self.total_memory_gb < 0:
+            raise ValueError("Hardware memory sizes must be >= 0 GB")
+        if self.num_processes < 1:
+            raise ValueError(f"num_processes must be >= 1, got {self.num_processes}")
+
+    @property
+    def label(self) -> str:
+        return self.gpu_name or "CPU"
+
+
+def _gpu(name: str, key: str, bf16: bool) -> Hardware:
+    size = GPU_MEMORY_GB[key]
+    return Hardware("cuda", name, bf16, size, size)
+
+
+KNOWN_HARDWARE: dict[str, Hardware] = {
+    "T4": _gpu("Tesla T4", "T4", bf16=False),
+    "A100": _gpu("NVIDIA A100-SXM4-40GB", "A100-40GB", bf16=True),
+    "A100-80GB": _gpu("NVIDIA A100-SXM4-80GB", "A100-80GB", bf16=True),
+    "A800": _gpu("NVIDIA A800-SXM4-80GB", "A800-80GB", bf16=True),
+    "H100": _gpu("NVIDIA H100 80GB HBM3", "H100-80GB", bf16=True),
+}
+
+
+def detect_hardware() -> Hardware:
+    """This machine: the first CUDA GPU if there is one (free memory as available), else the CPU and its RAM."""
+    import psutil
+    import torch
+
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(0)
+        return Hardware(
+            device="cuda",
+            gpu_name=torch.cuda.get_device_name(0),
+            bf16=torch.cuda.is_bf16_supported(),
+            total_memory_gb=total / 1024**3,
+            available_memory_gb=free / 1024**3,
+        )
+
+    memory = psutil.virtual_memory()
+    return Hardware("cpu", None, cpu_supports_bf16(), memory.total / 1024**3, memory.available / 1024**3)
+
+
+def as_hardware(hardware: Hardware | dict[str, Any] | str | None) -> Hardware:
+    """A ``Hardware`` from itself, a dict of its fields, a known name (``"T4"``, ``"A100"``...), or None (detect)."""
+    if hardware is None:
+        return detect_hardware()
+    if isinstance(hardware, Hardware):
+        return hardware
+    if isinstance(hardware, str):
+        if hardware not in KNOWN_HARDWARE:
+            raise ValueError(f"Unknown hardware {hardware!r}; known: {sorted(KNOWN_HARDWARE)} (or pass a dict)")
+        return KNOWN_HARDWARE[hardware]
+    if isinstance(hardware, dict):
+        names = {f.name for f in dataclasses.fields(Hardware)}
+        unknown = sorted(set(hardware) - names)
+        if unknown:
+            raise ValueError(f"Unknown hardware field(s) {unknown}; valid fields: {sorted(names)}")
+        return Hardware(**hardware)
+    raise TypeError(f"hardware must be a Hardware, a dict, a name or None, got {type(hardware).__name__}")
+
+
+# --- Reading the config ---------------------------------------------------------------------------
+
+
+def _grpo_defaults() -> dict[str, Any]:
+    """GRPOConfig's field defaults, read without building one (building one runs the checks we explain)."""
+    from trl import GRPOConfig
+
+    defaults = {}
+    for f in dataclasses.fields(GRPOConfig):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def config_values(config: Any) -> dict[str, Any]:
+    """The settings of ``config`` (a ``GRPOConfig`` or a dict of its arguments) with GRPOConfig's defaults filled in.
+
+    A dict key GRPOConfig does not know is an error naming the closest real argument, because a
+    misspelt ``num_generation`` would otherwise silently leave the default in place.
+    """
+    defaults = _grpo_defaults()
+    if isinstance(config, dict):
+        unknown = sorted(set(config) - set(defaults))
+        if unknown:
+            hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
+            listed = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
+            raise ValueError(f"Not a GRPOConfig argument: {listed}")
+        values = {**defaults, **config}
+    elif hasattr(config, "to_dict") and hasattr(config, "num_generations"):
+        values = {name: getattr(config, name) for name in defaults if hasattr(config, name)}
+    else:
+        raise TypeError(f"config must be a trl.GRPOConfig or a dict of its arguments, got {type(config).__name__}")
+    if values.get("bf16") is None:  # TRL's rule: bf16 unless fp16 is set
+        values["bf16"] = not values.get("fp16", False)
+    return values
+
+
+def generation_batch(
+    values: dict[str, Any], num_processes: int = 1, *, built: bool = False
+) -> tuple[int | None, int | None, str | None]:
+    """(generation_batch_size, steps_per_generation, problem) the way GRPOConfig derives them.
+
+    Default: steps_per_generation = gradient_accumulation_steps and generation batch = per-device batch
+    x processes x steps_per_generation. ``problem`` is a message when the two were both set, or the
+    generation batch is not a whole number of global batches. ``built=True`` for the values of a
+    ``GRPOConfig`` object, which carries both settings, filled in consistently by its ``__post_init__``.
+    """
+    per_step = values["per_device_train_batch_size"] * num_processes
+    size, steps = values.get("generation_batch_size"), values.get("steps_per_generation")
+    if size is not None and steps is not None:
+        if built and size == per_step * steps:
+            return size, steps, None
+        return None, None, "generation_batch_size and steps_per_generation are both set"
+    if size is None:
+        steps = steps if steps is not None else values["gradient_accumulation_steps"]
+        return per_step * steps, steps, None
+    if size % per_step:
+        return None, None, f"generation_batch_size ({size}) is not a multiple of the global batch ({per_step})"
+    return size, size // per_step, None
+
+
+# --- The checks -----------------------------------------------------------------------------------
+
+
+def _check_groups(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
+    g = values["num_generations"]
+    findings = []
+    if g is None or g < 2:
+        findings.append(
+            Finding(
+                "error",
+                "group-too-small",
+                f"num_generations is {g}: GRPO scores each completion against the other completions of the same "
+                "prompt, so a group of one has nothing to compare with (its advantage is always 0).",
+                "Set num_generations to at least 2; 4 to 16 is usual (the course profiles use 2, 8 and 16).",
+            )
+        )
+        return findings
+    size, steps, problem = generation_batch(values, num_processes, built=built)
+    if problem:
+        findings.append(
+            Finding(
+                "error",
+                "generation-settings-conflict" if "both" in problem else "generation-batch-not-divisible",
+                f"{problem}; GRPOConfig refuses this.",
+                "Set only one of generation_batch_size / steps_per_generation (or neither: the default generates "
+                "per_device_train_batch_size x gradient_accumulation_steps completions at a time).",
+            )
+        )
+        return findings
+    if size % g:
+        lower = size - size % g
+        findings.append(
+            Finding(
+                "error",
+                "batch-not-divisible",
+                f"The generation batch is {size} completions (per_device_train_batch_size "
+                f"{values['per_device_train_batch_size']} x steps_per_generation {steps} "
+                f"x {num_processes} process(es)), "
+                f"which is not a whole number of groups of num_generations={g}: GRPOConfig raises "
+                "'generation_batch_size must be divisible by num_generations'.",
+                f"Make the generation batch a multiple of {g}: e.g. per_device_train_batch_size={lower or g} "
+                f"(x steps_per_generation {steps}), or num_generations to a divisor of {size}.",
+            )
+        )
+    return findings
+
+
+def _check_precision(values: dict[str, Any], hardware: Hardware) -> list[Finding]:
+    findings = []
+    if values["bf16"] and values.get("fp16"):
+        findings.append(Finding("error", "bf16-and-fp16", "bf16 and fp16 are both True.", "Keep at most one."))
+    if values["bf16"] and hardware.device == "cuda" and not hardware.bf16:
+        findings.append(
+            Finding(
+                "error",
+                "bf16-unsupported",
+                f"bf16 is requested (TRL turns it on unless fp16=True) but the {hardware.label} has no bfloat16 "
+                "support (bf16 needs an Ampere GPU or newer: A100, A800, L4, H100; a T4 is older).",
+                "Use fp16 instead: bf16=False, fp16=True, and load the model in float16 (the colab-t4 profile).",
+            )
+        )
+    if values["bf16"] and hardware.device == "cpu" and not (values.get("use_cpu") and hardware.bf16):
+        refused = not values.get("use_cpu")
+        findings.append(
+            Finding(
+                "error" if refused else "warning",
+                "bf16-unsupported",
+                "bf16 is requested (TRL turns it on unless fp16=True) and the run is on the CPU: "
+                + (
+                    "GRPOConfig refuses it without use_cpu=True ('Your setup doesn't support bf16/gpu')."
+                    if refused
+                    else "this CPU has no native bfloat16 (AVX512-BF16/AMX), so bf16 is emulated, slower than fp32."
+                ),
+                "Set use_cpu=True, and bf16=False unless the CPU computes bf16 natively (then bf16=True is faster).",
+            )
+        )
+    if values.get("fp16") and hardware.device == "cpu":
+        findings.append(
+            Finding(
+                "warning",
+                "fp16-on-cpu",
+                "fp16 mixed precision is a GPU feature: on the CPU, Accelerate accepts the flag but has no fp16 "
+                "autocast or gradient scaler, so the run is not the fp16 run you asked for (and a model loaded "
+                "in float16 computes slowly and overflows easily).",
+                "On the CPU train in fp32 (fp16=False, use_cpu=True), or bf16=True where the CPU supports it.",
+            )
+        )
+    return findings
+
+
+def _check_kl(values: dict[str, Any], expect_kl: bool | None) -> list[Finding]:
+    if values.get("beta", 0.0) != 0.0 or expect_kl is False:
+        return []
+    return [
+        Finding(
+            "warning" if expect_kl else "info",
+            "kl-not-logged",
+            "beta is 0 (TRL's default): no reference model is built and the `kl` metric is not logged, so a KL "
+            "plot will have nothing to show and nothing holds the policy near the starting model.",
+            "Set beta > 0 (e.g. 0.04, as the ci and GPU profiles do) if you want the KL penalty and the `kl` curve.",
+        )
+    ]
+
+
+def trl_choices(field_name: str) -> tuple[str, ...]:
+    """The values the installed TRL documents for a ``GRPOConfig`` field (its "Supported values are ..." help).
+
+    Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once.
+    An empty tuple when the field's help lists no values.
+    """
+    from trl import GRPOConfig
+
+    spec = GRPOConfig.__dataclass_fields__.get(field_name)
+    help_text = spec.metadata.get("help", "") if spec is not None else ""
+    match = re.search(r"Supported values are(.*?)\.(?:\s|$)", help_text, re.S)
+    return tuple(dict.fromkeys(re.findall(r"'([a-z_]+)'", match.group(1)))) if match else ()
+
+
+def on_policy(values: dict[str, Any], num_processes: int = 1, *, built: bool = False) -> bool:
+    """True when every update uses completions of the current policy (TRL then sets the old log-probs to the new).
+
+    That is ``num_iterations == 1`` and no more generation steps than accumulation steps: the importance ratio is
+    exactly 1, so clipping, clip-higher and sequence-level ratios cannot change anything.
+    """
+    _, steps, problem = generation_batch(values, num_processes, built=built)
+    if problem:
+        return False
+    return values.get("num_iterations", 1) == 1 and steps <= values["gradient_accumulation_steps"]
+
+
+def _check_loss_variant(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
+    """An unknown ``loss_type`` (TRL fails only inside the first step), and variant fields that do nothing."""
+    findings = []
+    valid = trl_choices("loss_type")
+    loss_type = values.get("loss_type")
+    if valid and loss_type not in valid:
+        close = difflib.get_close_matches(str(loss_type), valid, n=1)
+        findings.append(
+            Finding(
+                "error",
+                "unknown-loss-type",
+                f"loss_type={loss_type!r} is not a loss the installed TRL knows: GRPOTrainer raises 'Unknown loss "
+                f"type' inside the first training step. Valid values: {', '.join(valid)}.",
+                (f"Did you mean {close[0]!r}? " if close else "") + "Use one of the valid values ('dapo' is TRL's "
+                "default).",
+            )
+        )
+    level = values.get("importance_sampling_level", "token")
+    if level not in ("token", "sequence"):
+        findings.append(
+            Finding(
+                "error",
+                "unknown-importance-sampling-level",
+                f"importance_sampling_level={level!r}: TRL knows 'token' and 'sequence' (GSPO).",
+                "Set importance_sampling_level to 'token' (the default) or 'sequence'.",
+            )
+        )
+    if level == "sequence" and on_policy(values, num_processes, built=built):
+        findings.append(
+            Finding(
+                "info",
+                "sequence-ratio-on-policy",
+                "importance_sampling_level='sequence' with num_iterations=1 (and one update per generation): the run "
+                "is on-policy, every importance ratio is exactly 1, so GSPO's sequence ratio is identical to token "
+                "level on-policy.",
+                "Set num_iterations=2 (or steps_per_generation above gradient_accumulation_steps) to make it matter.",
+            )
+        )
+    high = values.get("epsilon_high")
+    if high is not None and high != values.get("epsilon") and on_policy(values, num_processes, built=built):
+        findings.append(
+            Finding(
+                "info",
+                "clip-higher-on-policy",
+                f"epsilon_high={high} on an on-policy run: the ratio is exactly 1, so no token is ever clipped and "
+                "clip-higher changes nothing.",
+                "Clip-higher acts only off-policy: num_iterations > 1 or steps_per_generation > "
+                "gradient_accumulation_steps.",
+            )
+        )
+    return findings
+
+
+def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = COMPLETION_PERCENTILE) -> float:
+    """The ``q``-th percentile of the reference solutions' token lengths (``course_utils.lesson.data`` computes it).
+
+    Raw GSM8K rows work too (the reasoning is the part before ``####``).
+    """
+    return float(data.reference_length_percentile(dataset, tokenizer, q=q))
+
+
+def _looks_like_tokenizer(obj: Any) -> bool:
+    return hasattr(obj, "convert_tokens_to_ids")
+
+
+def _check_completion_length(values: dict[str, Any], dataset: Any, tokenizer: Any) -> list[Finding]:
+    if dataset is None:
+        return []
+    if tokenizer is None:
+        return [
+            Finding(
+                "info",
+                "completion-length-unchecked",
+                "A dataset was given but no tokenizer, so the completion length could not be compared with the "
+                "reference solutions.",
+                "Pass tokenizer=... to preflight.check.",
+            )
+        ]
+    limit = values.get("max_completion_length")
+    if limit is None:
+        return []
+    p90 = reference_length_percentile(dataset, tokenizer, q=COMPLETION_PERCENTILE)
+    if limit >= p90:
+        return []
+    return [
+        Finding(
+            "warning",
+            "completion-too-short",
+            f"max_completion_length is {limit} tokens, but 10% of the reference solutions are longer than "
+            f"{p90:.0f} tokens (90th percentile), before the <reasoning>/<answer> tags: many completions will be cut "
+            "off before the answer, score 0, and the reward stays flat.",
+            f"Raise max_completion_length to at least {int(p90) + 32} (p90 + room for the tags), or accept truncation "
+            "knowingly (watch completions/clipped_ratio).",
+        )
+    ]
+
+
+def _model_settings(model: Any, values: dict[str, Any], hardware: Hardware) -> dict[str, Any] | None:
+    """Spec, dtype, LoRA and 4-bit for the estimator, from a model object, a ModelSpec or a model name."""
+    half = "bfloat16" if values["bf16"] else "float16"
+    dtype = "float32" if hardware.device == "cpu" or not (values["bf16"] or values.get("fp16")) else half
+    if isinstance(model, ModelSpec):
+        return {"spec": model, "dtype": dtype, "use_lora": False, "load_in_4bit": False}
+    if isinstance(model, str):
+        if "Qwen2.5-0.5B" in model:
+            return {"spec": QWEN25_05B, "dtype": dtype, "use_lora": False, "load_in_4bit": False}
+        return None
+    config = getattr(model, "config", None)
+    if config is None or _looks_like_tokenizer(model):
+        return None
+    parameter = next(model.parameters(), None)
+    dtype_name = str(getattr(parameter, "dtype", "torch.float32")).replace("torch.", "")
+    is_4bit = bool(getattr(model, "is_loaded_in_4bit", False))
+    settings = {
+        "spec": spec_from_config(config),
+        "dtype": dtype_name if dtype_name in ("float32", "float16", "bfloat16") else dtype,
+        "use_lora": hasattr(model, "peft_config"),
+        "load_in_4bit": is_4bit,
+    }
+    if settings["use_lora"]:
+        adapter = next(iter(model.peft_config.values()))
+        targets = adapter.target_modules  # a set of names, or a regex string
+        known = settings["spec"].module_shapes()
+        settings["lora_r"] = adapter.r
+        settings["lora_target_modules"] = tuple(name for name in known if name in targets)
+        layers = adapter.layers_to_transform
+        if layers is not None:  # the backward pass runs down to the lowest adapted layer
+            lowest = min(layers) if isinstance(layers, list) else int(layers)
+            settings["lora_top_layers"] = settings["spec"].num_layers - lowest
+    return settings
+
+
+VLLM_INSTALL = 'pip install ".[vllm]"  (in the course folder; GPU machines only)'
+
+
+def _check_vllm(values: dict[str, Any], profile: Profile | None, hardware: Hardware) -> list[Finding]:
+    """vLLM asked for but missing: an error when the config uses it (TRL would stop), a warning for a profile."""
+    if vllm_available():
+        return []
+    if values.get("use_vllm"):
+        return [
+            Finding(
+                "error",
+                "vllm-missing",
+                "The config sets use_vllm=True, but the vllm package is not installed: TRL stops when it builds the "
+                "trainer.",
+                f"Install it with {VLLM_INSTALL}, or set use_vllm=False to generate with transformers.",
+            )
+        ]
+    if profile is not None and profile.use_vllm and hardware.device == "cuda":
+        return [
+            Finding(
+                "warning",
+                "vllm-missing",
+                f"Profile {profile.name!r} generates with vLLM (colocated), but the vllm package is not installed: "
+                "this run generates with transformers instead, several times slower.",
+                f"Install it with {VLLM_INSTALL}, then rebuild the config.",
+            )
+        ]
+    return []
+
+
+def _vllm_reservation(values: dict[str, Any], hardware: Hardware) -> float:
+    """GB a colocated vLLM takes on this GPU: ``vllm_gpu_memory_utilization`` of its memory."""
+    if not values.get("use_vllm") or values.get("vllm_mode", "colocate") != "colocate" or hardware.device != "cuda":
+        return 0.0
+    return float(values.get("vllm_gpu_memory_utilization") or 0.0) * hardware.total_memory_gb
+
+
+def _check_memory(
+    values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool
+) -> list[Finding]:
+    settings = _model_settings(model, values, hardware) if model is not None else None
+    if settings is None or hardware.available_memory_gb <= 0:
+        return []
+    _, steps, problem = generation_batch(values, hardware.num_processes, built=built)
+    if problem or values["num_generations"] is None:
+        return []
+    optim = str(values.get("optim", "adamw_torch"))
+    estimate = estimate_memory(
+        **settings,
+        optimizer="adamw_8bit" if "8bit" in optim else "adamw",
+        per_device_train_batch_size=values["per_device_train_batch_size"],
+        steps_per_generation=steps,
+        max_completion_length=values.get("max_completion_length") or 256,
+        **({"prompt_tokens": prompt_tokens} if prompt_tokens else {}),
+        gradient_checkpointing=bool(values.get("gradient_checkpointing")),
+        beta=values.get("beta", 0.0),
+        device=hardware.device,
+        vllm_reserved_gb=_vllm_reservation(values, hardware),
+    )
+    need, have = estimate.total_gb, hardware.available_memory_gb
+    parts = (
+        f"weights {estimate.weights_gb:.2f}, gradients {estimate.gradients_gb:.2f}, optimizer "
+        f"{estimate.optimizer_gb:.2f}, activations {estimate.activations_gb:.2f}, log-softmax workspace "
+        f"{estimate.logprob_gb:.2f}" + (f", vLLM {estimate.vllm_gb:.2f}" if estimate.vllm_gb else "") + " GB"
+    )
+    fix = (
+        "Lower per_device_train_batch_size and raise gradient_accumulation_steps (same completions per step), "
+        "turn on gradient_checkpointing, train LoRA adapters (use_lora), load in 4-bit, use bf16/fp16 on a GPU, "
+        "or shorten max_completion_length."
+    )
+    if need > have:
+        return [
+            Finding(
+                "error",
+                "memory-too-high",
+                f"Estimated peak memory {need:.1f} GB > {have:.1f} GB available on the {hardware.label} "
+                f"({parts}): expect an out-of-memory error.",
+                fix,
+            )
+        ]
+    if need > MEMORY_TIGHT_FRACTION * have:
+        return [
+            Finding(
+                "warning",
+                "memory-tight",
+                f"Estimated peak memory {need:.1f} GB is over {MEMORY_TIGHT_FRACTION:.0%} of the {have:.1f} GB "
+                f"available on the {hardware.label} ({parts}).",
+                fix,
+            )
+        ]
+    return []
+
+
+def check(
+    config: Any,
+    model: Any = None,
+    dataset: Any = None,
+    hardware: Hardware | dict[str, Any] | str | None = None,
+    *,
+    tokenizer: Any = None,
+    expect_kl: bool | None = None,
+    prompt_tokens: int | None = None,
+    profile: Profile | str | None = None,
+) -> list[Finding]:
+    """Every finding about a planned GRPO run, errors first; an empty list means nothing was found.
+
+    ``config``: a ``GRPOConfig`` or a dict of its arguments. ``model``: the model (or a ``ModelSpec``, or a
+    model id) for the memory estimate; a tokenizer passed here is used as the tokenizer. ``dataset``: the
+    training set (``reasoning`` column) for the completion-length check, which needs a tokenizer.
+    ``hardware``: a ``Hardware``, a dict of its fields, a known name (``"T4"``) or None for this machine.
+    ``expect_kl=True`` turns the missing-``kl`` remark into a warning. ``profile``: the profile the config came
+    from, whose wishes the config may not show (a profile asking for vLLM where it is not installed).
+    """
+    values = config_values(config)
+    built = not isinstance(config, dict)
+    machine = as_hardware(hardware)
+    if tokenizer is None and model is not None and _looks_like_tokenizer(model):
+        tokenizer, model = model, None
+    findings = [
+        *_check_groups(values, machine.num_processes, built),
+        *_check_precision(values, machine),
+        *_check_completion_length(values, dataset, tokenizer),
+        *_check_kl(values, expect_kl),
+        *_check_loss_variant(values, machine.num_processes, built),
+        *_check_memory(values, model, machine, prompt_tokens, built),
+        *_check_vllm(values, get_profile(profile) if profile is not None else None, machine),
+    ]
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+
+
+# --- Showing the result ---------------------------------------------------------------------------
+
+
+def format_findings(findings: list[Finding]) -> str:
+    """Readable lines, one block per finding; a clear all-clear when there are none."""
+    if not findings:
+        return "Preflight: no problems found."
+    icons = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}
+    counts = ", ".join(f"{sum(f.severity == s for f in findings)} {s}(s)" for s in SEVERITIES)
+    lines = [f"Preflight: {counts}"]
+    for f in findings:
+        lines += [f"{icons[f.severity]} {f.severity.upper()} [{f.code}] {f.message}", f"   fix: {f.fix}"]
+    return "\n".join(lines)
+
+
+def findings_table(findings: list[Finding]) -> Any:
+    """The findings as a pandas DataFrame (columns severity, code, message, fix) for notebook display."""
+    import pandas as pd
+
+    return pd.DataFrame([dataclasses.asdict(f) for f in findings], columns=["severity", "code", "message", "fix"])
+
+
+def raise_for_errors(findings: list[Finding]) -> None:
+    """Raise ``PreflightError`` listing the errors, if any: call it right before ``trainer.train()``."""
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise PreflightError(format_findings(errors))
+
+
+# --- Helpers for the troubleshooting notebook -----------------------------------------------------
+
+
+def reward_swing(rewards: Any, completions_per_step: int, steps: int = 500, seed: int = 0) -> float:
+    """How far the logged mean reward moves from step to step by chance alone (its standard deviation).
+
+    Each simulated step draws ``completions_per_step`` rewards (with replacement) from ``rewards`` (real
+    reward values, e.g. a reward function applied to real completions) and averages them, as TRL's
+    ``reward`` metric does. Why: a curve that swings by +-0.3 with 4 completions per step can be pure
+    sampling noise; the swing shrinks like 1 / sqrt(completions per step).
+    """
+    import numpy as np
+
+    pool = np.asarray(list(rewards), dtype=float)
+    if pool.size == 0:
+        raise ValueError("rewards is empty: pass the reward values of some real completions")
+    if completions_per_step < 1 or steps < 2:
+        raise ValueError("completions_per_step must be >= 1 and steps >= 2")
+    rng = np.random.default_rng(seed)
+    means = rng.choice(pool, size=(steps, completions_per_step)).mean(axis=1)
+    return float(means.std())
+
+
+def illustrative_overfitting_history(steps: int = 60, eval_every: int = 10) -> tuple[list[dict], list[dict]]:
+    """A made-up (clearly labelled) log history of an overfitting run: (training logs, validation points).
+
+    Training reward climbs steadily while validation accuracy rises a little and then stays flat: the
+    model memorises the few training problems instead of learning to solve new ones. Used as an
+    illustration because a real overfitting run takes far longer than the CI budget allows.
+    """
+    import math
+
+    train = [
+        {"step": s, "reward": round(0.4 + 2.0 * (1 - math.exp(-s / 20)) + 0.08 * math.sin(s), 3)}
+        for s in range(1, steps + 1)
+    ]
+    validation = [
+        {"step": s, "accuracy": round(0.10 + 0.08 * min(s, 20) / 20 + 0.01 * math.sin(s / 7), 3)}
+        for s in range(0, steps + 1, eval_every)
+    ]
+    return train, validation
+
+
+def tiny_grpo_run(
+    profile: Any,
+    reward_funcs: list[Any],
+    train_dataset: Any,
+    name: str,
+    *,
+    max_steps: int = 1,
+    max_completion_length: int = 12,
+    **overrides: Any,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """A real, deliberately tiny GRPOTrainer run (fresh model, a few steps, few tokens): (config, log history).
+
+    The troubleshooting notebook reproduces each failure with one of these instead of describing it:
+    same trainer, same metrics as a real run, seconds instead of hours. ``overrides`` go to ``GRPOConfig``.
+    """
+    model, tokenizer = load_model_for_training(profile)
+    config = make_grpo_config(
+        profile,
+        output_dir() / f"06-{name}",
+        max_steps=max_steps,
+        max_completion_length=max_completion_length,
+        reward_weights=None,
+        save_strategy="no",
+        logging_steps=1,
+        **overrides,
+    )
+    trainer = build_trainer(model, tokenizer, profile, train_dataset, config, reward_funcs=list(reward_funcs))
+    trainer.train()
+    return config, trainer.state.log_history

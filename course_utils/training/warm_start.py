@@ -1,0 +1,178 @@
+"""The warm start: a short supervised "cold start" with TRL's ``SFTTrainer`` before GRPO (as DeepSeek-R1 does).
+
+A small model that never writes the XML format earns reward 0 on every completion: every group has the
+same reward, every advantage is 0, and GRPO has nothing to learn from. A few SFT steps on short targets
+(``warm_start_target``) taken from the end of the train split (``warm_start_dataset``, never a GRPO
+prompt) make the format appear *sometimes*, so groups have winners and losers. ``warm_start`` runs them
+and returns a plain model (the LoRA adapter merged back) for GRPO to start its own adapter on.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.answer_format import format_answer
+from course_utils.core.profiles import Profile, get_profile
+from course_utils.lesson.data import build_prompt, extract_hash_answer, extract_reasoning, load_gsm8k
+from course_utils.lesson.models import saved_model_kind
+from course_utils.training.run import (
+    WARM_START_DIRNAME,
+    WARM_START_MARKER,
+    allocator_callbacks,
+    default_run_dir,
+    make_lora_config,
+    precision_flags,
+    warm_start_model_dir,
+)
+
+WARM_START_MICRO_BATCH = 2  # warm-start sequences per forward pass (memory); the profile sets the effective batch
+
+
+# --- The training examples -------------------------------------------------------------------------
+
+
+def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
+    """The assistant answer the warm start teaches: the first reference reasoning line(s) and the number, in XML.
+
+    Short on purpose: the lesson is the *format* (and that it ends), not the arithmetic; a long target
+    would teach the model to write past ``max_completion_length`` and get truncated.
+    """
+    if reasoning_lines < 0:
+        raise ValueError(f"reasoning_lines must be >= 0, got {reasoning_lines}")
+    lines = [re.sub(r"<<[^<>]*>>", "", line).strip() for line in extract_reasoning(solution).splitlines()]
+    reasoning = "\n".join(line for line in lines if line)
+    reasoning = "\n".join(reasoning.splitlines()[:reasoning_lines])
+    return format_answer(reasoning, extract_hash_answer(solution))
+
+
+def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
+    """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
+    from datasets import Dataset
+
+    p = get_profile(profile)
+    if p.warm_start_examples < 1:
+        raise ValueError(f"Profile {p.name!r} has warm_start_examples={p.warm_start_examples}: no warm start to build.")
+    raw = load_gsm8k("train", folder, verbose=False)
+    if len(raw) < p.train_size + p.warm_start_examples:
+        raise ValueError(
+            f"GSM8K train has {len(raw)} rows, fewer than train_size + warm_start_examples = "
+            f"{p.train_size + p.warm_start_examples}: lower one of them, or point GSM8K_DIR at the full data."
+        )
+    rows = raw.select(range(len(raw) - p.warm_start_examples, len(raw)))
+    return Dataset.from_list(
+        [
+            {
+                "prompt": build_prompt(row["question"]),
+                "completion": [
+                    {"role": "assistant", "content": warm_start_target(row["answer"], p.warm_start_reasoning_lines)}
+                ],
+            }
+            for row in rows
+        ]
+    )
+
+
+# --- The SFT run -----------------------------------------------------------------------------------
+
+
+def make_sft_config(
+    profile: Profile | str | None = None, output_dir: str | Path | None = None, **overrides: Any
+) -> Any:
+    """The ``trl.SFTConfig`` of the warm start: a few steps at a high learning rate, nothing saved."""
+    from trl import SFTConfig
+
+    p = get_profile(profile)
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir or default_run_dir(p) / WARM_START_DIRNAME),
+        "num_train_epochs": p.warm_start_epochs,
+        # Same effective batch in micro-batches: SFT computes logits (49k vocab) for every token, and at batch
+        # 8 that alone peaked above 5 GB of RAM on the cpu profile.
+        "per_device_train_batch_size": min(p.warm_start_batch_size, WARM_START_MICRO_BATCH),
+        "gradient_accumulation_steps": max(1, p.warm_start_batch_size // WARM_START_MICRO_BATCH),
+        "learning_rate": p.warm_start_learning_rate,
+        "lr_scheduler_type": "constant",
+        "max_length": 512,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "activation_checkpointing": False,
+        "dataloader_num_workers": 0,
+        "seed": 42,
+        **precision_flags(p),
+    }
+    kwargs.update(overrides)
+    return SFTConfig(**kwargs)
+
+
+def warm_start_lora_config(profile: Profile | str | None = None, model: Any = None) -> Any:
+    """The warm start's ``LoraConfig``: GRPO's, but in every layer (``lora_top_layers`` ignored).
+
+    Every layer, even where GRPO adapts only the top ones: a few SFT steps must move the format habit
+    wherever it lives, and the adapter is merged away before GRPO starts its own.
+    """
+    return make_lora_config(get_profile(profile).override(lora_top_layers=None), model)
+
+
+def finish_warm_start(trainer: Any, folder: str | Path | None = None) -> Any:
+    """The primed plain model of a finished ``SFTTrainer`` run: LoRA merged back, marked, saved in ``folder``.
+
+    Merged, so GRPO starts its own adapter on the primed weights; marked (``WARM_START_MARKER`` on its config),
+    so ``save_final`` knows an adapter alone could not rebuild the model; saved, so notebook 05 can evaluate
+    it and a resumed run continues on exactly the same base.
+    """
+    primed = trainer.model
+    if hasattr(primed, "merge_and_unload"):
+        primed = primed.merge_and_unload()
+    losses = [round(h["loss"], 3) for h in trainer.state.log_history if "loss" in h]
+    examples = len(trainer.train_dataset)
+    seconds = round(trainer.state.log_history[-1].get("train_runtime", 0.0), 1) if trainer.state.log_history else 0.0
+    steps = trainer.state.global_step
+    info = {"examples": examples, "steps": steps, "seconds": seconds}
+    setattr(primed.config, WARM_START_MARKER, info)
+    print(f"warm start: {examples} example{'s' * (examples != 1)}, {steps} step{'s' * (steps != 1)}, losses {losses}")
+    if folder is not None:
+        primed.save_pretrained(folder)
+    return primed
+
+
+def load_saved_warm_start(folder: str | Path, dtype: Any) -> Any:
+    """The warm-started model saved in ``folder`` (``finish_warm_start``), or None when there is none."""
+    from transformers import AutoModelForCausalLM
+
+    if saved_model_kind(folder) != "full-model":
+        return None
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+
+
+def warm_start(
+    model: Any,
+    tokenizer: Any,
+    profile: Profile | str | None = None,
+    dataset: Any = None,
+    cache: bool | Path = False,
+) -> Any:
+    """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
+
+    The same steps notebook 04's learner writes out, in one call for scripts. ``cache``: True (the run
+    folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained.
+    """
+    from trl import SFTTrainer
+
+    p = get_profile(profile)
+    if p.load_in_4bit:
+        raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
+    folder = warm_start_model_dir(default_run_dir(p)) if cache is True else (Path(cache) if cache else None)
+    if folder is not None and (saved := load_saved_warm_start(folder, model.dtype)) is not None:
+        return saved
+    trainer = SFTTrainer(
+        model=model,
+        args=make_sft_config(p),
+        train_dataset=dataset if dataset is not None else warm_start_dataset(p),
+        processing_class=tokenizer,
+        peft_config=warm_start_lora_config(p, model),
+        callbacks=allocator_callbacks(p),
+    )
+    trainer.train()
+    return finish_warm_start(trainer, folder)
