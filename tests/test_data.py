@@ -483,7 +483,7 @@ def test_save_and_load_bad_input(small_formatted, tmp_path, monkeypatch):
 
 
 def test_default_output_folder_is_git_ignored():
-    ignored = (Path(data.__file__).parents[1] / ".gitignore").read_text().split()
+    ignored = (Path(data.__file__).parents[2] / ".gitignore").read_text().split()
     assert "outputs/" in ignored or "outputs" in ignored
 
 
@@ -599,7 +599,11 @@ def test_measure_dataset_vs_dicts_reports_each_job(offline_sample):
 
 
 def test_exercise_checks(capsys, sample_rows, tokenizer, offline_sample):
-    from course_utils.exercises.checks import check_02_completion_length, check_02_gold_answer, check_02_rows_lost
+    from course_utils.exercises.nb02_gsm8k_data import (
+        check_02_completion_length,
+        check_02_gold_answer,
+        check_02_rows_lost,
+    )
 
     assert check_02_gold_answer("1250") and not check_02_gold_answer("$1,250") and not check_02_gold_answer(None)
     assert "not answered yet" in capsys.readouterr().out

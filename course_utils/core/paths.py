@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Protocol
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # course_utils/, above this file's group
 
 
 def repo_root() -> Path:
