@@ -23,7 +23,7 @@ def course_notebooks(folder: Path | None = None) -> list[Path]:
 
 def execute_notebook(path: Path, output_dir: Path, timeout: int = 3600) -> float:
     """Execute one notebook in a fresh kernel, write it with its outputs to ``output_dir``; return seconds."""
-    import nbformat
+    import nbformat  # here, not at the top: the notebook runner's imports take seconds and only this needs them
     from nbclient import NotebookClient
 
     notebook = nbformat.read(path, as_version=4)

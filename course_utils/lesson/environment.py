@@ -12,6 +12,10 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+import psutil
+import torch
+
 from course_utils.core.hardware import cpu_precision
 from course_utils.core.profiles import Profile, get_profile, hub_reachable
 from course_utils.lesson.models import ModelUnavailableError, gguf_path, model_source_description
@@ -73,7 +77,6 @@ def package_checks(profile: Profile) -> list[Check]:
 
 def memory_gb() -> tuple[float, float]:
     """(total, available) system memory in GB."""
-    import psutil
 
     memory = psutil.virtual_memory()
     return memory.total / 1e9, memory.available / 1e9
@@ -81,7 +84,6 @@ def memory_gb() -> tuple[float, float]:
 
 def hardware_checks(profile: Profile) -> list[Check]:
     """Python, CPU, RAM and GPU, checked against what the profile needs."""
-    import torch
 
     total, available = memory_gb()
     checks = [
@@ -119,7 +121,6 @@ def model_check(profile: Profile) -> Check:
 
 def environment_report(profile: Profile | str | None = None) -> Any:
     """Every check as a pandas table with columns item, found, ok, fix."""
-    import pandas as pd
 
     p = get_profile(profile)
     checks = [*package_checks(p), *hardware_checks(p), model_check(p)]

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
+from trl import GRPOConfig, GRPOTrainer
 
 from course_utils.lesson.models import build_tiny_random_model, materialize_offline_model
 
@@ -244,7 +248,6 @@ class FixedRewards:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """No loading bars, no deprecation notices from the libraries: they are not what a learner checks here."""
-    from transformers.utils import logging as hf_logging
 
     bars_shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -266,7 +269,6 @@ def _scratch() -> tempfile.TemporaryDirectory:
 @functools.lru_cache(maxsize=1)
 def _tiny_model_folder() -> str:
     """The tiny random model saved once per session: TRL loads its reference model (``beta > 0``) from a path."""
-    from transformers import AutoTokenizer
 
     folder = f"{_scratch().name}/tiny-qwen2"
     build_tiny_random_model().save_pretrained(folder)
@@ -292,8 +294,6 @@ def trl_trainer(
     The tokenizer is the offline SmolLM2 one (no download); the model is saved to a temporary folder
     once, because TRL loads the reference model from a path.
     """
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
 
     _check_groups(torch.zeros(num_generations), num_generations)
     with _quiet():

@@ -8,9 +8,11 @@ matplotlib figure and returns it, so notebooks show it and tests can check it wi
 from __future__ import annotations
 
 import math
+from io import BytesIO
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 
 __all__ = ["Figure", "plt"]
@@ -29,7 +31,6 @@ def plot_token_lengths(
     reference solution to its right would be cut off, and a cut-off completion earns no reward;
     ``overhead`` (the XML wrapper's tokens) is added to each reasoning length when counting the cut.
     """
-    import numpy as np
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     panels = (("Prompt (chat template applied)", prompt_lengths), ("Reference reasoning", reasoning_lengths))
@@ -123,7 +124,6 @@ def figure_png(fig: Figure, dpi: int = 90) -> bytes:
     Widgets that hold images and HTML, rather than an ``Output`` widget that replays rich display
     messages, render the same in JupyterLab, Colab and headless runs (nbclient / nbmake).
     """
-    from io import BytesIO
 
     buffer = BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
@@ -214,7 +214,6 @@ def plot_before_after_rates(table: Any, metrics: tuple[str, ...] | None = None, 
     bars are the picture of "we cannot tell yet": evaluate on more problems. By default every row with an
     interval (the rates) is drawn.
     """
-    import numpy as np
 
     labels = list(table.columns[:2])
     metrics = tuple(metrics or table.index[table[f"{labels[0]}_ci_low"].notna()])
@@ -284,7 +283,6 @@ def plot_memory_breakdown(table: Any, available_gb: float | None = None, title: 
     there are any, and a
     dashed line marks the memory the GPU offers, so each fix shows which part it shrinks.
     """
-    import numpy as np
 
     parts = ["weights_gb", "reference_model_gb", "gradients_gb", "optimizer_gb", "overhead_gb"]
     if "kept_packs_gb" in table and (table["kept_packs_gb"] > 0).any():  # a CPU LoRA run's packed weights

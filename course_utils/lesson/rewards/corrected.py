@@ -148,7 +148,7 @@ def _math_verify_timeout() -> int | None:
 @lru_cache(maxsize=8192)
 def _math_verify_match(predicted: str, gold: str) -> bool:
     """Math-verify's verdict, cached: groups repeat the same answers, and parsing costs ~1 ms."""
-    from math_verify import parse, verify
+    from math_verify import parse, verify  # here: math-verify takes seconds to import, and only this match uses it
     from math_verify.errors import TimeoutException
 
     timeout = _math_verify_timeout()
