@@ -30,9 +30,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from peft import get_peft_model
 
+from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision
 from course_utils.core.profiles import get_profile
-from course_utils.cpu_speed.group_generation import adapters_beside_the_base, install, keeping_frozen_packs, lean_layers
+from course_utils.cpu_speed.group_generation import adapters_beside_the_base, lean_layers
 from course_utils.cpu_speed.packed_linear import describe_kernels, fastest_kernels, packable_layers
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_model_and_tokenizer
@@ -90,13 +91,12 @@ def main() -> None:
     new_tokens = profile.max_completion_length
     sampling = {**trainer_sampling(profile), "pad_token_id": tokenizer.pad_token_id}
     lab_model = get_peft_model(lab_model, make_lora_config(profile, lab_model)).eval()
-    if profile.group_generation:
-        install(lab_model)
+    grouped = cpu_speed.switched_on(profile)
     plain_model, _ = load_model_and_tokenizer(profile.override(dtype="float32"))
-    with keeping_frozen_packs(lab_model):  # as GroupGeneration does for a training run
+    with cpu_speed.for_generation(lab_model, profile=profile):  # packs kept between calls, as in a training run
         lab_seconds, plain_seconds = paired_seconds((lab_model, plain_model.eval()), inputs, new_tokens, sampling)
     kernels = {}
-    if profile.group_generation:
+    if grouped:
         rows = len(inputs["input_ids"])
         with torch.no_grad(), adapters_beside_the_base(lab_model) as idle, lean_layers(lab_model, rows) as steps:
             unpacked = [*idle, *steps.stood_for]  # the layers group generation packs alone, and its stacked products
@@ -107,7 +107,7 @@ def main() -> None:
     print(
         f"generate_settings: {profile.num_generations} completions x {new_tokens} tokens, "
         f"prompt {inputs['input_ids'].shape[1]} tokens, {cpu_precision().dtype} lab model with LoRA, "
-        f"group generation {'on' if profile.group_generation else 'off'}, sampling "
+        f"group generation {'on' if grouped else 'off'}, sampling "
         + ", ".join(f"{name}={value}" for name, value in sampling.items() if name != "pad_token_id")
     )
     print(f"generate_linear_kernels: {describe_kernels(kernels) or 'not packed'}")

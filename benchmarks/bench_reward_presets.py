@@ -28,6 +28,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from course_utils import cpu_speed
 from course_utils.core.hardware import machine_summary
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import get_profile
@@ -66,7 +67,8 @@ def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep
     )
     trainer = training.build_trainer(model, tokenizer, profile, config=config)
     started = time.perf_counter()
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=profile):
+        trainer.train()
     seconds = time.perf_counter() - started
     history = [dict(h) for h in trainer.state.log_history]
     training.save_final(trainer, tokenizer)

@@ -32,7 +32,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from transformers import TrainerCallback
 
 from course_utils.core.profiles import get_profile
-from course_utils.cpu_speed.group_generation import GroupGeneration, install
 from course_utils.training import lab, monitoring
 from course_utils.training import run as training
 from course_utils.training.memory import peak_rss_gb
@@ -52,16 +51,17 @@ class StepTimer(TrainerCallback):
         self.seconds.append(time.perf_counter() - self._started)
 
 
-class GenerateTimer:
-    """Times the trainer's own ``model.generate`` calls: same prompts, same completions as the step."""
+class GenerateTimer(TrainerCallback):
+    """Times the trainer's own ``model.generate`` calls: same prompts, same completions as the step.
+
+    Attached when training begins, inside ``cpu_speed.enabled``: the timer sees the whole grouped call (prefill
+    and packing included).
+    """
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
 
-    def attach(self, trainer: Any) -> None:
-        model = trainer.model
-        if any(isinstance(callback, GroupGeneration) for callback in trainer.callback_handler.callbacks):
-            install(model)  # now, so that the timer sees the whole grouped call (prefill and packing included)
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         original = model.generate
 
         @functools.wraps(original)
@@ -73,6 +73,11 @@ class GenerateTimer:
                 self.seconds.append(time.perf_counter() - started)
 
         model.generate = timed
+        self._restore = (model, original)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model, original = self._restore
+        model.generate = original
 
 
 def main() -> None:
@@ -85,7 +90,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started, cpu_started = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
-        result = lab.run_training(profile, callbacks=[steps], before_train=generate.attach)
+        result = lab.run_training(profile, callbacks=[steps, generate])
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
     logs = monitoring.training_logs(result.trainer.state.log_history)

@@ -7,7 +7,7 @@ the fixed prompt weighs more. Here the sequences are fixed, so two settings can 
 - ``parts_train_seconds_p{P}_c{C}``: TRL's scoring forward + backward over the same 8 sequences of P prompt
   and C completion tokens, in the lab's micro-batches (best of 3);
 - ``parts_head_seconds_p{P}_c{C}``: the part of that spent in TRL's chunked log-softmax over the vocabulary
-  (TRL scores every position on a CPU, prompt included, unless ``score_completions_only``);
+  (TRL scores every position on a CPU, prompt included, unless the CPU speed-ups score the completion tokens only);
 - ``parts_step_over_generate_p{P}_c{C}``: 1 + train / generate, the step/generate ratio of such a step;
 - ``parts_completion_tokens_only``: whether the log-softmax scored the completion tokens only, as the lab does.
 
@@ -19,7 +19,6 @@ Run: ``.venv/bin/python benchmarks/bench_training_parts.py``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import tempfile
@@ -31,9 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.cpu_speed.completion_scoring import completion_tokens_only
-from course_utils.cpu_speed.cpu_allocator import reuse_freed_memory
 from course_utils.lesson.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.training import run as training
 
@@ -117,16 +115,15 @@ def main() -> None:
     model, tokenizer = training.load_model_for_training(profile)
     with tempfile.TemporaryDirectory() as folder:
         trainer = training.build_trainer(model, tokenizer, profile, config=training.make_grpo_config(profile, folder))
-        # as while the lab trains (the trainer's callback turns it on in train(), which this bench does not call)
-        reused = profile.reuse_freed_memory and reuse_freed_memory().applied
-        print(f"parts_freed_memory_reused: {reused}")
-        scoring = completion_tokens_only() if profile.score_completions_only else contextlib.nullcontext()
-        print(f"parts_completion_tokens_only: {profile.score_completions_only}")
-        all_mean, capped_mean = prompt_lengths_to_compare(tokenizer, profile.max_prompt_tokens or 10_000)
-        print(f"parts_prompt_tokens_all: {all_mean}")
-        print(f"parts_prompt_tokens_capped: {capped_mean}")
-        time_training_pass(trainer, capped_mean, COMPLETION_LENGTHS[0])  # warm-up: first calls allocate
-        with scoring:  # as while the lab trains, like the freed memory above
+        # the plug-in's parts that act on this bench's training passes, as while the lab trains
+        parts = ("reuse_freed_memory", "score_completions_only")
+        with cpu_speed.enabled(trainer, parts=parts, profile=profile) as speedups:
+            print(f"parts_freed_memory_reused: {'reuse_freed_memory' in speedups.active}")
+            print(f"parts_completion_tokens_only: {'score_completions_only' in speedups.active}")
+            all_mean, capped_mean = prompt_lengths_to_compare(tokenizer, profile.max_prompt_tokens or 10_000)
+            print(f"parts_prompt_tokens_all: {all_mean}")
+            print(f"parts_prompt_tokens_capped: {capped_mean}")
+            time_training_pass(trainer, capped_mean, COMPLETION_LENGTHS[0])  # warm-up: first calls allocate
             for completion in COMPLETION_LENGTHS:
                 generate = best_of(2, time_generate, trainer.model, tokenizer, capped_mean, completion)
                 print(f"parts_generate_seconds_c{completion}: {generate:.2f}")

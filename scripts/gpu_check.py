@@ -67,6 +67,7 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     """One set-up, in this process: load, build the trainer as notebook 04 does, train, measure."""
     import torch
 
+    from course_utils import cpu_speed
     from course_utils.core.profiles import bf16_supported
     from course_utils.lesson.models import ModelUnavailableError
     from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config
@@ -82,7 +83,8 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     trainer = build_trainer(model, tokenizer, profile, config=config)
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=profile):  # a no-op on the GPU: the plug-in is for the CPU only
+        trainer.train()
     figures = step_figures(trainer.state.log_history, profile.effective_batch_size)
     return {
         "model": profile.model_id,

@@ -9,10 +9,9 @@ import torch
 import trl.trainer.utils as trl_utils
 from trl.trainer.utils import add_fused_lm_head
 
-from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed import completion_scoring as cs
+from course_utils.cpu_speed.group_generation import install
 from course_utils.lesson.models import build_tiny_random_model
-from course_utils.training.run import lab_callbacks
 
 
 def scored(compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -57,28 +56,11 @@ def test_the_rule_is_compact_on_a_cpu_only_inside_and_restored_after():
     assert getattr(trl_utils, cs.TRL_COMPACT_RULE) is original
 
 
-def test_the_callback_applies_it_for_the_length_of_training():
-    callback, original = cs.CompletionOnlyScoring(), getattr(trl_utils, cs.TRL_COMPACT_RULE)
-    callback.on_train_begin(None, None, None)
-    assert getattr(trl_utils, cs.TRL_COMPACT_RULE) is not original
-    callback.on_train_end(None, None, None)
-    assert getattr(trl_utils, cs.TRL_COMPACT_RULE) is original
-
-
 def test_a_trl_without_the_rule_gets_a_clear_error(monkeypatch):
     monkeypatch.delattr(trl_utils, cs.TRL_COMPACT_RULE)
     assert not cs.trl_has_compact_rule()
-    with pytest.raises(RuntimeError, match="score_completions_only=False"), cs.completion_tokens_only():
+    with pytest.raises(RuntimeError, match="COURSE_CPU_SPEEDUPS=0"), cs.completion_tokens_only():
         pass
-
-
-@pytest.mark.parametrize(("name", "expected"), [("ci", True), ("cpu", True), ("colab-t4", False), ("gpu", False)])
-def test_the_cpu_profiles_train_with_it_and_the_gpu_profiles_keep_trls_rule(name, expected):
-    names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
-    assert ("CompletionOnlyScoring" in names) is expected
-
-
-# --- The prefix all rows share, read once ------------------------------------------------------------------------
 
 
 def test_common_prefix_length_stops_at_the_first_token_or_mask_that_differs():
@@ -229,24 +211,19 @@ def test_prefix_read_once_is_undone_on_exit_and_needs_a_causal_lm():
     with cs.prefix_read_once(model):
         assert "forward" in backbone.__dict__
     assert "forward" not in backbone.__dict__
-    with pytest.raises(ValueError, match="score_shared_prefix_once=False"):
+    with pytest.raises(ValueError, match="leave the part score_shared_prefix_once out"):
         cs.decoder_backbone(torch.nn.Linear(2, 2))
 
 
-def test_the_shared_prefix_callback_applies_it_for_the_length_of_training():
-    model, callback = lora_model(), cs.SharedPrefixScoring()
-    callback.on_train_begin(None, None, None, model=model)
-    assert "forward" in cs.decoder_backbone(model).__dict__
-    callback.on_train_end(None, None, None, model=model)
-    assert "forward" not in cs.decoder_backbone(model).__dict__
-    with pytest.raises(ValueError, match="callbacks"):
-        callback.on_train_begin(None, None, None)
+_KEPT_OPEN: list = []
 
 
-@pytest.mark.parametrize(("name", "expected"), [("ci", True), ("cpu", True), ("colab-t4", False), ("gpu", False)])
-def test_the_cpu_profiles_read_the_shared_prompt_once(name, expected):
-    names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
-    assert ("SharedPrefixScoring" in names) is expected
+def installed(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` sampling through group generation (left so: the model is the test's own)."""
+    context = install(model)
+    context.__enter__()
+    _KEPT_OPEN.append(context)  # a collected context would close, and put the model's generate back
+    return model
 
 
 def top_lora_model(layers: int = 3, trained: tuple[int, ...] = (2,), seed: int = 1) -> torch.nn.Module:
@@ -313,9 +290,7 @@ def test_first_trained_layer_counts_the_frozen_layers_below_the_adapters():
 @pytest.mark.parametrize("group", [False, True], ids=["plain generate", "group generation"])
 @pytest.mark.parametrize("read_once", [False, True], ids=["every row", "prefix read once"])
 def test_the_training_pass_from_sampled_states_gives_the_same_log_probs_and_gradients(group, read_once, monkeypatch):
-    from course_utils.cpu_speed.group_generation import install
-
-    model = install(top_lora_model()) if group else top_lora_model()  # as the callbacks run: group generation first
+    model = installed(top_lora_model()) if group else top_lora_model()  # as cpu_speed.enabled: group generation first
     with cs.frozen_layers_from_sampling(model) as sampled:
         ids, mask, labels = sampled_batch(model)
         assert sampled.hidden is not None and sampled.hidden.shape == (4, 13, 32)
@@ -375,13 +350,11 @@ def test_a_left_padded_prompt_keeps_nothing():
 
 
 def test_nothing_is_replayed_without_frozen_layers_and_everything_is_undone_on_exit():
-    from course_utils.cpu_speed.group_generation import install
-
     all_trained = top_lora_model(trained=(0, 1, 2))
     generate = all_trained.generate
     with cs.frozen_layers_from_sampling(all_trained) as sampled:
         assert all_trained.generate == generate and sampled.hidden is None
-    model = install(top_lora_model())
+    model = installed(top_lora_model())
     grouped = model.__dict__["generate"]
     layers = cs.decoder_layers(model)
     with cs.frozen_layers_from_sampling(model):
@@ -392,29 +365,5 @@ def test_nothing_is_replayed_without_frozen_layers_and_everything_is_undone_on_e
     assert not cs.decoder_backbone(model)._forward_pre_hooks and not layers[2]._forward_pre_hooks
     no_layers = torch.nn.Module()
     no_layers.base_model = torch.nn.Linear(2, 2)
-    with pytest.raises(ValueError, match="frozen_layers_from_sampling=False"):
+    with pytest.raises(ValueError, match="leave the part frozen_layers_from_sampling out"):
         cs.decoder_layers(no_layers)
-
-
-def test_the_frozen_layers_callback_applies_it_for_the_length_of_training():
-    model, callback = top_lora_model(), cs.FrozenLayersFromSampling()
-    callback.on_train_begin(None, None, None, model=model)
-    assert "forward" in cs.decoder_layers(model)[0].__dict__
-    callback.on_train_end(None, None, None, model=model)
-    assert "forward" not in cs.decoder_layers(model)[0].__dict__
-    with pytest.raises(ValueError, match="callbacks"):
-        callback.on_train_begin(None, None, None)
-
-
-@pytest.mark.parametrize(("name", "expected"), [("ci", True), ("cpu", True), ("colab-t4", False), ("gpu", False)])
-def test_the_cpu_profiles_take_the_frozen_layers_from_sampling(name, expected):
-    names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
-    assert ("FrozenLayersFromSampling" in names) is expected
-
-
-def test_a_run_that_never_ended_leaves_nothing_to_the_next():
-    model, callback = lora_model(), cs.SharedPrefixScoring()
-    callback.on_train_begin(None, None, None, model=model)
-    callback.on_train_begin(None, None, None, model=model)  # the first run was interrupted: no on_train_end
-    callback.on_train_end(None, None, None)
-    assert "forward" not in cs.decoder_backbone(model).__dict__

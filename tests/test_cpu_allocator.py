@@ -15,10 +15,10 @@ from course_utils.cpu_speed import cpu_allocator
 from course_utils.cpu_speed.cpu_allocator import (
     DEFAULT_TRIM_THRESHOLD_BYTES,
     AllocatorSetting,
+    freed_memory_reused,
     glibc_available,
     release_freed_memory,
     reuse_freed_memory,
-    reuse_freed_memory_callback,
 )
 
 GLIBC = glibc_available()
@@ -130,18 +130,21 @@ def test_release_gives_the_kept_blocks_back():
     assert memory["kept"] - memory["after"] > 250, memory  # most of the 300 MB went back to the OS
 
 
-def test_callback_reuses_while_training_releases_each_step_and_restores_at_the_end(monkeypatch, capsys):
+def test_reuse_lasts_for_the_block_and_each_step_releases(monkeypatch, capsys):
+    import course_utils.cpu_speed as cpu_speed
+
     calls = []
     monkeypatch.setattr(
         cpu_allocator, "reuse_freed_memory", lambda _: calls.append("reuse") or AllocatorSetting(True, "kept")
     )
     monkeypatch.setattr(cpu_allocator, "release_freed_memory", lambda: calls.append("release") or True)
     monkeypatch.setattr(cpu_allocator, "restore_default_allocator", lambda: calls.append("restore") or True)
-    callback = reuse_freed_memory_callback()
-    callback.on_train_begin(args=None, state=None, control=None)
-    for _ in range(2):
-        callback.on_step_end(args=None, state=None, control=None)
-    callback.on_train_end(args=None, state=None, control=None)
+    monkeypatch.setattr(cpu_speed, "release_freed_memory", lambda: calls.append("release") or True)
+    with pytest.raises(KeyboardInterrupt), freed_memory_reused():  # an interrupted run restores too
+        step = cpu_speed._ReleaseFreedMemoryEachStep()  # what cpu_speed.enabled adds to the trainer
+        for _ in range(2):
+            step.on_step_end(args=None, state=None, control=None)
+        raise KeyboardInterrupt
     assert calls == ["reuse", "release", "release", "restore", "release"]
     assert "CPU allocator: kept." in capsys.readouterr().out
 
@@ -183,6 +186,6 @@ def test_default_threshold_is_a_positive_c_int():
     assert cpu_allocator.M_MMAP_MAX == -4 and cpu_allocator.M_TRIM_THRESHOLD == -1  # malloc.h
 
 
-def test_cpu_profiles_reuse_freed_memory_and_gpu_profiles_leave_it():
+def test_cpu_profiles_switch_the_speed_ups_on_and_gpu_profiles_leave_them_off():
     for name, profile in PROFILES.items():
-        assert profile.reuse_freed_memory == (profile.device == "cpu"), name
+        assert profile.cpu_speedups == (profile.device == "cpu"), name

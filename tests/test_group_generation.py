@@ -17,6 +17,19 @@ from course_utils.cpu_speed import packed_linear as pl
 from course_utils.lesson.models import build_tiny_random_model
 
 PAD = 0
+_INSTALLED = contextlib.ExitStack()  # group generation installed by a test, put back after it (autouse fixture)
+
+
+@pytest.fixture(autouse=True)
+def put_back_after_each_test():
+    yield
+    _INSTALLED.close()
+
+
+def install(model):
+    """``model`` sampling through group generation until the test ends (``gg.install`` is a context manager)."""
+    _INSTALLED.enter_context(gg.install(model))
+    return model
 
 
 def lora_model(dtype: torch.dtype = torch.float32, seed: int = 0):
@@ -86,7 +99,7 @@ def test_greedy_completions_equal_plain_generate_with_adapters_and_padding():
         with base_only:
             without_adapters = model.generate(**inputs, max_new_tokens=8, pad_token_id=PAD, do_sample=False)
     assert not torch.equal(plain, without_adapters), "the test needs adapters that change the completions"
-    gg.install(model)
+    install(model)
     assert torch.equal(generate(model, inputs, do_sample=False), plain)
 
 
@@ -94,7 +107,7 @@ def test_next_token_logits_match_plain_generate_at_every_step():
     inputs = grouped_prompts()
     model = lora_model()
     plain = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
-    gg.install(model)
+    install(model)
     grouped = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
     for step, (expected, got) in enumerate(zip(plain.logits, grouped.logits, strict=True)):
         assert torch.allclose(got, expected, atol=1e-5), f"logits differ at new token {step}"
@@ -103,7 +116,7 @@ def test_next_token_logits_match_plain_generate_at_every_step():
 def test_sampled_completions_are_drawn_from_the_policys_probabilities():
     """Each sampled token's logits are the policy's logits for that prefix, computed again by a plain forward."""
     inputs = grouped_prompts()
-    model = gg.install(lora_model())
+    model = install(lora_model())
     torch.manual_seed(3)
     sampled = generate(model, inputs, do_sample=True, output_logits=True, return_dict_in_generate=True)
     prompt_length = inputs["input_ids"].shape[1]
@@ -168,7 +181,7 @@ def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_trained_weights_and_adapters_are_untouched_after_generation(dtype):
     inputs = grouped_prompts()
-    model = gg.install(lora_model(dtype))
+    model = install(lora_model(dtype))
     before = copy.deepcopy(model.state_dict())
     with torch.no_grad():
         logits_before = model(**inputs).logits
@@ -180,23 +193,43 @@ def test_trained_weights_and_adapters_are_untouched_after_generation(dtype):
         assert torch.equal(model(**inputs).logits, logits_before), "the adapters are active again"
 
 
-def test_installing_twice_wraps_once():
+def test_installing_twice_wraps_once_and_exit_puts_back_the_models_own_generate():
     model = lora_model()
-    gg.install(model)
-    wrapped = model.generate
-    assert gg.install(model).generate is wrapped
+    assert "generate" not in model.__dict__
+    with gg.install(model):
+        wrapped = model.generate
+        with gg.install(model):
+            assert model.generate is wrapped
+        assert model.generate is wrapped, "the inner install changed nothing, so its exit changes nothing"
+    assert "generate" not in model.__dict__ and not getattr(model, gg.INSTALLED_FLAG, False)
+    own = model.generate = lambda **kwargs: "own"  # an instance attribute of its own is put back as it was
+    with gg.install(model):
+        assert model.generate is not own
+    assert model.generate is own
+
+
+def test_the_grouped_attention_is_registered_only_while_generating():
+    from transformers import AttentionInterface, AttentionMaskInterface
+
+    registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
+    assert all(gg.GROUPED_SDPA not in registry for registry in registries)
+    with gg.grouped_attention_registered():
+        assert all(gg.GROUPED_SDPA in registry for registry in registries)
+    assert all(gg.GROUPED_SDPA not in registry for registry in registries)
+    AttentionInterface.register(gg.GROUPED_SDPA, print)  # an entry there before is put back
+    try:
+        with gg.grouped_attention_registered():
+            assert AttentionInterface._global_mapping[gg.GROUPED_SDPA] is gg.grouped_query_sdpa
+        assert AttentionInterface._global_mapping[gg.GROUPED_SDPA] is print
+    finally:
+        AttentionInterface._global_mapping.pop(gg.GROUPED_SDPA)
 
 
 def test_a_model_without_adapters_generates_as_before():
     inputs = grouped_prompts()
     model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).eval()
     plain = generate(model, inputs, do_sample=False)
-    assert torch.equal(generate(gg.install(model), inputs, do_sample=False), plain)
-
-
-def test_callback_needs_the_trainers_model():
-    with pytest.raises(ValueError, match="GRPOTrainer\\(callbacks="):
-        gg.GroupGeneration().on_train_begin(None, None, None)
+    assert torch.equal(generate(install(model), inputs, do_sample=False), plain)
 
 
 def small_update_model(dtype: torch.dtype):
@@ -219,7 +252,7 @@ def test_a_small_adapter_update_reaches_the_sampler(dtype):
     model = small_update_model(dtype)
     exact_model = copy.deepcopy(model).float()
     torch.manual_seed(0)
-    sampled = generate(gg.install(model), inputs, do_sample=True, output_logits=True, return_dict_in_generate=True)
+    sampled = generate(install(model), inputs, do_sample=True, output_logits=True, return_dict_in_generate=True)
     prompt_length = inputs["input_ids"].shape[1]
     mask = torch.cat([inputs["attention_mask"], torch.ones_like(sampled.sequences[:, prompt_length:])], 1)
 
@@ -349,17 +382,15 @@ def test_grouped_query_attention_leaves_a_prompt_to_transformers(monkeypatch):
     assert len(calls) == 1
 
 
-def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa():
-    model = gg.install(lora_model())
+def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa(monkeypatch):
+    model = install(lora_model())
     base = model.get_base_model()
     assert base.config._attn_implementation == "sdpa"
     seen = []
     real = gg.grouped_query_sdpa
-    gg.AttentionInterface.register(gg.GROUPED_SDPA, lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
-    try:
-        generate(model, grouped_prompts(), do_sample=False)
-    finally:
-        gg.AttentionInterface.register(gg.GROUPED_SDPA, real)
+    monkeypatch.setattr(gg, "grouped_query_sdpa", lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
+    generate(model, grouped_prompts(), do_sample=False)
+    assert gg.GROUPED_SDPA not in gg.AttentionInterface._global_mapping, "registered only while generating"
     assert 1 in seen, "one new token at a time went through the grouped attention"
     assert base.config._attn_implementation == "sdpa"
 
@@ -384,6 +415,7 @@ def packing_kernel(dtype: torch.dtype) -> str:
 def every_layer_packed(monkeypatch, kernel_for=packing_kernel):
     """Every layer and stack computes through ``kernel_for(dtype)`` (oneDNN's packed kernel where this CPU has it),
     whatever this machine measures fastest."""
+
     def each_layer(layers, rows):
         return {(tuple(layer.weight.shape), layer.weight.dtype): kernel_for(layer.weight.dtype) for layer in layers}
 
@@ -395,9 +427,9 @@ def every_layer_packed(monkeypatch, kernel_for=packing_kernel):
 def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(dtype, monkeypatch):
     every_layer_packed(monkeypatch)
     model = lora_model(dtype)
-    callback = gg.GroupGeneration()
-    callback.on_train_begin(None, None, None, model=model)
-    kept = getattr(model, gg.KEPT_PACKS)
+    run = contextlib.ExitStack()  # what cpu_speed.enabled holds open while a trainer trains
+    run.enter_context(gg.install(model))
+    kept = run.enter_context(gg.keeping_frozen_packs(model))
     inputs = grouped_prompts()
     first = generate(model, inputs, do_sample=False)
     groups = [group for layer in gg.decoder_layers_of(model) for group in gg.stacked_groups(layer).values()]
@@ -419,14 +451,14 @@ def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(dtype, 
     assert torch.equal(generate(model, inputs, do_sample=False), first)
     assert all(kept._kept[key][3] is products[key][3] for key in products), "the second call packs nothing again"
     assert all(kept._stacks[key][3] is stacked[key][3] for key in stacked) and stacked
-    callback.on_train_end(None, None, None)
+    run.close()
     assert len(kept) == 0 and getattr(model, gg.KEPT_PACKS) is None
 
 
 def test_a_changed_adapter_reaches_generation_while_the_base_packs_are_kept(monkeypatch):
     every_layer_packed(monkeypatch)
     inputs = grouped_prompts()
-    model = gg.install(lora_model())
+    model = install(lora_model())
     with gg.keeping_frozen_packs(model):
         before = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
         with torch.no_grad():
@@ -495,7 +527,7 @@ def test_the_prompt_is_read_as_generate_reads_it_when_the_trainer_wraps_forward_
     model.forward = MethodType(torch.autocast("cpu", dtype=torch.bfloat16)(type(model).forward), model)
     settings = {"do_sample": False, "output_logits": True, "return_dict_in_generate": True}
     plain = generate(model, inputs, **settings)
-    grouped = generate(gg.install(model), inputs, **settings)
+    grouped = generate(install(model), inputs, **settings)
     for step, (expected, got) in enumerate(zip(plain.logits, grouped.logits, strict=True)):
         assert torch.allclose(got, expected, atol=1e-5), f"logits differ at new token {step}"
 
@@ -503,7 +535,7 @@ def test_the_prompt_is_read_as_generate_reads_it_when_the_trainer_wraps_forward_
 def test_completions_come_back_as_normal_tensors_the_trainer_can_train_through():
     """Sampled in inference mode, the token ids are returned as normal tensors: an embedding saves them for backward."""
     inputs = grouped_prompts()
-    model = gg.install(lora_model())
+    model = install(lora_model())
     completions = generate(model, inputs, do_sample=True)
     assert not completions.is_inference()
     loss = model(input_ids=completions, attention_mask=torch.ones_like(completions)).logits.float().mean()
@@ -543,7 +575,7 @@ def decode_calls(monkeypatch) -> list[int]:
 def test_lean_layers_give_the_layers_own_logits(dtype, monkeypatch):
     every_layer_packed(monkeypatch)
     inputs = grouped_prompts()
-    model = gg.install(lora_model(dtype))
+    model = install(lora_model(dtype))
     calls = decode_calls(monkeypatch)
     lean = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
     assert calls == [], "the shared prompt and every new token run through the lean layers"

@@ -9,10 +9,8 @@ import trl.trainer.utils as trl_utils
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
-from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed import logit_tiles as lt
 from course_utils.lesson.models import build_tiny_random_model
-from course_utils.training.run import lab_callbacks
 
 EVERY_OUTPUT = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 # A loss of the differentiable outputs, with weights of either sign, as GRPO's loss and an entropy term make
@@ -168,19 +166,5 @@ def test_a_bad_budget_is_refused(budget):
 
 def test_a_trl_without_the_parts_gets_a_clear_error(monkeypatch):
     monkeypatch.delattr(trl_logprob, "_backward_tile")
-    with pytest.raises(RuntimeError, match="keep_logit_tiles=False"), lt.logit_tiles_kept():
+    with pytest.raises(RuntimeError, match="leave the part keep_logit_tiles out"), lt.logit_tiles_kept():
         pass
-
-
-def test_the_callback_applies_it_for_the_length_of_training():
-    callback, original = lt.LogitTilesKept(), getattr(trl_utils, lt.TRL_LOGPROB_FUNCTION)
-    callback.on_train_begin(None, None, None)
-    assert getattr(trl_utils, lt.TRL_LOGPROB_FUNCTION) is not original
-    callback.on_train_end(None, None, None)
-    assert getattr(trl_utils, lt.TRL_LOGPROB_FUNCTION) is original
-
-
-@pytest.mark.parametrize(("name", "expected"), [("ci", True), ("cpu", True), ("colab-t4", False), ("gpu", False)])
-def test_the_cpu_profiles_keep_the_tiles_and_the_gpu_profiles_keep_trls_function(name, expected):
-    names = [type(callback).__name__ for callback in lab_callbacks(get_profile(name))]
-    assert ("LogitTilesKept" in names) is expected

@@ -8,6 +8,7 @@ import torch
 
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import get_profile
+from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.lesson.models import load_model_and_tokenizer
 from course_utils.training.memory import (
     GB,
@@ -137,39 +138,31 @@ def test_cpu_log_softmax_scores_the_prompt_too():
     assert logprob_workspace_bytes(QWEN25_05B, 800, "cpu") > logprob_workspace_bytes(QWEN25_05B, 400, "cpu")
 
 
-def test_a_cpu_profile_that_scores_completions_only_counts_them_only():
-    settings = {"device": "cpu", "prompt_tokens": 150, "max_completion_length": 64, "per_device_train_batch_size": 8}
-    every = estimate_memory(QWEN25_05B, use_lora=True, **settings)
-    compact = estimate_memory(QWEN25_05B, use_lora=True, score_completions_only=True, **settings)
-    assert compact.logprob_gb * GB == pytest.approx(logprob_workspace_bytes(QWEN25_05B, 8 * 64, "cpu"))
-    assert compact.logprob_gb < every.logprob_gb
-    lab = get_profile("cpu")
-    assert lab.score_completions_only
-    every_position = lab.override(score_completions_only=False)
-    assert estimate_for_profile(lab).logprob_gb < estimate_for_profile(every_position).logprob_gb
-
-
-def test_logits_kept_for_the_backward_add_one_logit_per_scored_position_and_vocabulary_entry_on_the_cpu():
-    settings = {"prompt_tokens": 80, "max_completion_length": 96, "per_device_train_batch_size": 8, "use_lora": True}
-    settings |= {"score_completions_only": True}
+def test_the_cpu_speedups_score_the_completions_only_and_keep_their_logits_on_the_cpu():
+    settings = {"prompt_tokens": 150, "max_completion_length": 64, "per_device_train_batch_size": 8, "use_lora": True}
     for dtype, width in (("float32", 4), ("bfloat16", 2)):
-        plain = estimate_memory(QWEN25_05B, dtype=dtype, **settings)
-        kept = estimate_memory(QWEN25_05B, dtype=dtype, keep_logit_tiles=True, **settings)
-        assert (kept.logprob_gb - plain.logprob_gb) * GB == pytest.approx(8 * 96 * QWEN25_05B.vocab_size * width)
+        fast = estimate_memory(QWEN25_05B, device="cpu", dtype=dtype, cpu_speedups=True, **settings)
+        scored = 8 * 64  # the completion tokens only
+        kept = (
+            kept_tiles_bytes(scored, QWEN25_05B.vocab_size, width)
+            if tiles_fit(scored, QWEN25_05B.vocab_size, width)
+            else 0
+        )
+        assert fast.logprob_gb * GB == pytest.approx(logprob_workspace_bytes(QWEN25_05B, scored, "cpu") + kept)
     on_a_gpu = {**settings, "device": "cuda"}
-    assert estimate_memory(QWEN25_05B, keep_logit_tiles=True, **on_a_gpu) == estimate_memory(QWEN25_05B, **on_a_gpu)
-    too_many = {**settings, "max_completion_length": 4096}  # over the budget: the tiles are computed again
-    assert estimate_memory(QWEN25_05B, keep_logit_tiles=True, **too_many) == estimate_memory(QWEN25_05B, **too_many)
+    assert estimate_memory(QWEN25_05B, cpu_speedups=True, **on_a_gpu) == estimate_memory(QWEN25_05B, **on_a_gpu)
+    too_many = {**settings, "device": "cpu", "max_completion_length": 4096}  # over the budget: computed again
+    plain_workspace = logprob_workspace_bytes(QWEN25_05B, 8 * 4096, "cpu")
+    assert estimate_memory(QWEN25_05B, cpu_speedups=True, **too_many).logprob_gb * GB == pytest.approx(plain_workspace)
     lab = get_profile("cpu")
-    assert estimate_for_profile(lab).logprob_gb > estimate_for_profile(lab.override(keep_logit_tiles=False)).logprob_gb
+    assert lab.cpu_speedups
+    assert estimate_for_profile(lab) != estimate_for_profile(lab.override(cpu_speedups=False))
 
 
 def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_per_row():
     settings = {"device": "cpu", "max_completion_length": 96, "use_lora": True}
     every_row = estimate_memory(QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, **settings)
-    once = estimate_memory(
-        QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, score_shared_prefix_once=True, **settings
-    )
+    once = estimate_memory(QWEN25_05B, per_device_train_batch_size=4, prompt_tokens=80, cpu_speedups=True, **settings)
     one_row = [
         estimate_memory(QWEN25_05B, per_device_train_batch_size=1, prompt_tokens=n, **settings) for n in (79, 80)
     ]
@@ -178,11 +171,9 @@ def test_a_prompt_read_once_keeps_its_activations_once_and_its_keys_and_values_p
     saved = every_row.activations_gb - once.activations_gb
     assert saved == pytest.approx(3 * 80 * one_prompt_token - 4 * 80 * keys_and_values)
     assert 0 < saved < every_row.activations_gb
-    alone = estimate_memory(
-        QWEN25_05B, per_device_train_batch_size=1, prompt_tokens=80, score_shared_prefix_once=True, **settings
-    )
+    alone = estimate_memory(QWEN25_05B, per_device_train_batch_size=1, prompt_tokens=80, cpu_speedups=True, **settings)
     assert alone.activations_gb == one_row[1].activations_gb, "one row shares nothing"
-    unshared = get_profile("cpu").override(score_shared_prefix_once=False)
+    unshared = get_profile("cpu").override(cpu_speedups=False)
     assert estimate_for_profile("cpu").activations_gb < estimate_for_profile(unshared).activations_gb
 
 
@@ -195,34 +186,19 @@ def test_group_generation_counts_the_packed_weight_copies_and_what_the_heap_keep
     assert merged_group_parameters(spec, targets) * 4 * 12 == merged
     lora = {"use_lora": True, "lora_top_layers": 12, "lora_target_modules": targets}
     plain = estimate_memory(spec, **lora, **settings)
-    grouped = estimate_memory(spec, group_generation=True, **lora, **settings)
+    grouped = estimate_memory(spec, cpu_speedups=True, **lora, **settings)
     assert grouped.kept_packs_gb * GB == pytest.approx(packs - merged), "LoRA: the other frozen packs stay"
     assert grouped.generation_copies_gb * GB == pytest.approx(merged), "fp32 adapters: merged into fresh packs"
-    assert plain.kept_packs_gb == plain.generation_copies_gb == 0
-    assert grouped.total_gb == pytest.approx(
-        plain.total_gb + (packs - merged) / GB
-        - max(plain.training_phase_gb, plain.gradients_gb, plain.kv_cache_gb)
-        + max(plain.training_phase_gb, plain.gradients_gb, plain.kv_cache_gb + merged / GB)
-    )
-    kept = estimate_memory(spec, group_generation=True, reuse_freed_memory=True, **lora, **settings)
-    assert kept.kept_after_generation_gb == grouped.generation_copies_gb, "the heap keeps the merged packs' pages"
-    assert kept.total_gb == pytest.approx(plain.total_gb + packs / GB)
-    bf16 = estimate_memory(spec, group_generation=True, **lora, device="cpu", dtype="bfloat16")
+    assert grouped.kept_after_generation_gb == grouped.generation_copies_gb, "the heap keeps the merged packs' pages"
+    assert plain.kept_packs_gb == plain.generation_copies_gb == plain.kept_after_generation_gb == 0
+    bf16 = estimate_memory(spec, cpu_speedups=True, **lora, device="cpu", dtype="bfloat16")
     assert bf16.generation_copies_gb == 0 and bf16.kept_packs_gb * GB == pytest.approx(packs / 2), "bf16: all kept"
     every_group = ("q_proj", "o_proj", "up_proj", "down_proj")
     assert merged_group_parameters(spec, every_group) * spec.num_layers == spec.linear_parameters
-
-    full = estimate_memory(spec, use_lora=False, **settings)
-    sampled = estimate_memory(spec, use_lora=False, group_generation=True, **settings)
+    sampled = estimate_memory(spec, use_lora=False, cpu_speedups=True, **settings)
     assert sampled.kept_packs_gb == 0 and sampled.generation_copies_gb * GB == pytest.approx(packs)
-    assert sampled.total_gb == pytest.approx(
-        full.total_gb - max(full.training_phase_gb, full.gradients_gb, full.kv_cache_gb)
-        + max(full.training_phase_gb, full.gradients_gb, full.kv_cache_gb + packs / GB)
-    )
-    heap = estimate_memory(spec, use_lora=False, group_generation=True, reuse_freed_memory=True, **settings)
-    assert heap.kept_after_generation_gb == sampled.generation_copies_gb
-    assert heap.total_gb == pytest.approx(full.total_gb + packs / GB), "training starts above them"
-    on_gpu = estimate_memory(spec, device="cuda", use_lora=True, group_generation=True, reuse_freed_memory=True)
+    assert sampled.kept_after_generation_gb == sampled.generation_copies_gb
+    on_gpu = estimate_memory(spec, device="cuda", use_lora=True, cpu_speedups=True)
     assert on_gpu.generation_copies_gb == on_gpu.kept_packs_gb == on_gpu.kept_after_generation_gb == 0, "CPU only"
 
 

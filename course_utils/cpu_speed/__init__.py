@@ -1,1 +1,280 @@
-"""cpu_speed"""
+"""The CPU plug-in: the same training, computed faster on a CPU. Imports core only; the lesson never imports it.
+
+``with cpu_speed.enabled(trainer): trainer.train()`` installs the speed-ups on the trainer's model for the length
+of the block and puts everything back when it ends, raises or is interrupted: freed memory kept for reuse, each
+group sampled with its prompt read once through packed weights, the completion tokens scored only, the logits
+kept for the backward, the shared prompt read once and the frozen layers taken from sampling (:data:`PARTS`).
+``for_generation(model)`` does the sampling part for evaluation. One switch turns it all off
+(``COURSE_CPU_SPEEDUPS=0``, or a profile's ``cpu_speedups=False``), and it runs only on the library versions it
+was tested with (``versions``); elsewhere training is plain TRL. Nothing is patched at import; :func:`installed`
+says what is patched right now.
+
+Modules: ``packed_linear``, ``group_generation``, ``completion_scoring``, ``logit_tiles``, ``cpu_allocator``,
+``versions``, ``probe``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
+
+from transformers import TrainerCallback
+
+from course_utils.core.profiles import Profile, get_profile
+from course_utils.cpu_speed import versions
+from course_utils.cpu_speed.completion_scoring import (
+    completion_tokens_only,
+    frozen_layers_from_sampling,
+    prefix_read_once,
+)
+from course_utils.cpu_speed.cpu_allocator import freed_memory_reused, release_freed_memory
+from course_utils.cpu_speed.group_generation import INSTALLED_FLAG, install, keeping_frozen_packs
+from course_utils.cpu_speed.logit_tiles import logit_tiles_kept
+from course_utils.cpu_speed.probe import lean_layer_mismatch
+
+PARTS: tuple[str, ...] = (
+    "reuse_freed_memory",
+    "group_generation",
+    "score_completions_only",
+    "keep_logit_tiles",
+    "score_shared_prefix_once",
+    "frozen_layers_from_sampling",
+)
+ENV_VAR = "COURSE_CPU_SPEEDUPS"
+OFF_VALUES = ("0", "false", "off", "no")
+ON_VALUES = ("1", "true", "on", "yes")
+# Parts for any trainer; the others change how a GRPOTrainer samples and scores
+ANY_TRAINER = ("reuse_freed_memory",)
+# Parts that patch the process (a TRL function, the C allocator), not one model: installed once at a time
+PROCESS_WIDE = ("reuse_freed_memory", "score_completions_only", "keep_logit_tiles")
+# Parts that run the rewritten decoder layer, checked once per model against the model's own (probe)
+NEED_PROBE = ("group_generation", "frozen_layers_from_sampling")
+
+_LEDGER: list[tuple[str, int | None]] = []  # (part, id of its model or None), in the order installed
+_WARNED: set[str] = set()
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> lean_layer_mismatch's answer
+
+
+def installed() -> tuple[str, ...]:
+    """What the plug-in has patched in this process right now, part by part (empty after every exit)."""
+    return tuple(name for name, _ in _LEDGER)
+
+
+def _env_switch() -> bool | None:
+    """``COURSE_CPU_SPEEDUPS`` read: False (0/false/off/no), True (1/true/on/yes), None when unset or empty."""
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if not value:
+        return None
+    if value in OFF_VALUES or value in ON_VALUES:
+        return value in ON_VALUES
+    raise ValueError(
+        f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not a switch: use one of {', '.join(OFF_VALUES)} (off) or "
+        f"{', '.join(ON_VALUES)} (on, where the profile allows), case-insensitive."
+    )
+
+
+def _switched_off_because(profile: Profile | str | None) -> str | None:
+    if _env_switch() is False:
+        return f"{ENV_VAR}={os.environ[ENV_VAR]}"
+    p = get_profile(profile)
+    if not p.cpu_speedups:
+        return f"profile {p.name!r} has cpu_speedups=False"
+    if p.device != "cpu":
+        return f"profile {p.name!r} runs on {p.device}"
+    return None
+
+
+def switched_on(profile: Profile | str | None = None) -> bool:
+    """The single switch: False when ``COURSE_CPU_SPEEDUPS`` is 0/false/off/no, when the profile (``profile``, else
+    ``COURSE_PROFILE``'s) has ``cpu_speedups=False``, or when its device is not the CPU. A value of the variable
+    that is no switch is a ``ValueError``."""
+    return _switched_off_because(profile) is None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _device_of(model: Any) -> str:
+    parameter = next(iter(model.parameters()), None)
+    return "cpu" if parameter is None else parameter.device.type
+
+
+def _probe(model: Any) -> str | None:
+    """:func:`lean_layer_mismatch` for ``model``, computed once per model."""
+    if model not in _PROBED:
+        _PROBED[model] = lean_layer_mismatch(model)
+    return _PROBED[model]
+
+
+def _why_off(model: Any, profile: Profile | str | None, parts: Iterable[str]) -> str | None:
+    """Why the plug-in stays off for ``model`` (the switch, the device, the versions, the probe), or None."""
+    if _env_switch() is False:
+        return f"{ENV_VAR}={os.environ[ENV_VAR]}"
+    device = _device_of(model)
+    if device != "cpu":
+        return f"the model is on {device}"
+    reason = _switched_off_because(profile)
+    if reason:
+        return reason
+    untested = versions.gate()
+    if untested:
+        _warn_once(f"CPU speed-ups off, training runs as plain TRL: {untested}.")
+        return "untested library versions (see the warning)"
+    if set(parts) & set(NEED_PROBE):
+        mismatch = _probe(model)
+        if mismatch:
+            _warn_once(f"CPU speed-ups off for {type(model).__name__}, which runs as plain TRL: {mismatch}")
+            return f"the rewritten decoder layer does not match the model's ({mismatch})"
+    return None
+
+
+@contextmanager
+def _recorded(name: str, model: Any, context: AbstractContextManager) -> Iterator[Any]:
+    """``context``, with ``name`` in the ledger (:func:`installed`) from its enter to its exit."""
+    entry = (name, None if model is None else id(model))
+    with context as value:
+        _LEDGER.append(entry)
+        try:
+            yield value
+        finally:
+            _LEDGER.remove(entry)
+
+
+class _ReleaseFreedMemoryEachStep(TrainerCallback):
+    """Gives the free pages back to the OS after each optimizer step, while freed blocks are kept for reuse."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        release_freed_memory()
+
+
+@contextmanager
+def _freed_memory_reused_while(trainer: Any) -> Iterator[None]:
+    callback = _ReleaseFreedMemoryEachStep()
+    with freed_memory_reused():
+        trainer.add_callback(callback)
+        try:
+            yield
+        finally:
+            trainer.remove_callback(callback)
+
+
+@contextmanager
+def _group_generation(model: Any) -> Iterator[None]:
+    with install(model), keeping_frozen_packs(model):
+        yield
+
+
+# part -> its context, given the trainer and its model
+_CONTEXTS: dict[str, Callable[[Any, Any], AbstractContextManager]] = {
+    "reuse_freed_memory": lambda trainer, model: _freed_memory_reused_while(trainer),
+    "group_generation": lambda trainer, model: _group_generation(model),
+    "score_completions_only": lambda trainer, model: completion_tokens_only(),
+    "keep_logit_tiles": lambda trainer, model: logit_tiles_kept(),
+    "score_shared_prefix_once": lambda trainer, model: prefix_read_once(model),
+    "frozen_layers_from_sampling": lambda trainer, model: frozen_layers_from_sampling(model),
+}
+
+
+def _checked_parts(parts: Iterable[str] | None) -> tuple[str, ...]:
+    if parts is None:
+        return PARTS
+    chosen = (parts,) if isinstance(parts, str) else tuple(parts)
+    unknown = [name for name in chosen if name not in PARTS]
+    if unknown:
+        raise ValueError(f"Unknown CPU speed-up part(s) {unknown}; choose from {', '.join(PARTS)}.")
+    return tuple(name for name in PARTS if name in chosen)  # installed in PARTS's order, each once
+
+
+def _is_grpo_trainer(trainer: Any) -> bool:
+    from trl import GRPOTrainer
+
+    return isinstance(trainer, GRPOTrainer)
+
+
+class SpeedUps:
+    """The plug-in on one trainer: a context manager and a handle (:meth:`remove`). See :func:`enabled`."""
+
+    def __init__(self, trainer: Any, parts: Iterable[str] | None = None, profile: Profile | str | None = None):
+        self.trainer, self.requested, self.profile = trainer, _checked_parts(parts), profile
+        self.active: tuple[str, ...] = ()
+        self._stack: ExitStack | None = None
+        self._depth = 0  # enters not yet exited: the outermost exit puts everything back
+
+    def _wanted(self, model: Any) -> list[str]:
+        """The requested parts this trainer takes that are not installed already (on its model, or process-wide)."""
+        grpo = _is_grpo_trainer(self.trainer)
+        there = {name for name, owner in _LEDGER if owner in (None, id(model))}
+        return [name for name in self.requested if (grpo or name in ANY_TRAINER) and name not in there]
+
+    def __enter__(self) -> SpeedUps:
+        self._depth += 1
+        if self._stack is not None:  # entered already: nothing installed twice
+            return self
+        model = self.trainer.model
+        self._stack = ExitStack()
+        wanted = self._wanted(model)
+        reason = _why_off(model, self.profile, wanted)
+        if reason or not wanted:
+            print(f"CPU speed-ups: off ({reason or 'already installed'}); training runs as plain TRL.")
+            return self
+        active = []
+        try:
+            for name in wanted:
+                owner = None if name in PROCESS_WIDE else model
+                try:
+                    self._stack.enter_context(_recorded(name, owner, _CONTEXTS[name](self.trainer, model)))
+                except (ValueError, RuntimeError) as error:  # a part this model cannot take: left out, said so
+                    _warn_once(f"CPU speed-up {name} left out for {type(model).__name__}: {error}")
+                    continue
+                active.append(name)
+        except BaseException:
+            self.remove()
+            raise
+        self.active = tuple(active)
+        print(f"CPU speed-ups: on ({', '.join(self.active)}); {ENV_VAR}=0 turns them off (appendix notebook 99).")
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._depth = max(self._depth - 1, 0)
+        if not self._depth:
+            self.remove()
+
+    def remove(self) -> None:
+        """Put back everything installed (safe to call more than once, and before or without entering)."""
+        stack, self._stack, self.active, self._depth = self._stack, None, (), 0
+        if stack is not None:
+            stack.close()
+
+
+def enabled(trainer: Any, parts: Iterable[str] | None = None, *, profile: Profile | str | None = None) -> SpeedUps:
+    """The CPU speed-ups on ``trainer`` (its model already wrapped in its adapters) while the block runs.
+
+    ``with cpu_speed.enabled(trainer): trainer.train()``, or ``h = enabled(trainer); h.__enter__()`` ...
+    ``h.remove()``. On enter the parts (all :data:`PARTS`, or those named in ``parts``) are installed on
+    ``trainer.model``; on exit or :meth:`SpeedUps.remove` everything is put back, whether training ended, raised
+    or was interrupted. A trainer other than a ``GRPOTrainer`` gets only ``reuse_freed_memory``. When the switch
+    is off (:func:`switched_on`, ``profile`` else ``COURSE_PROFILE``'s), the model is not on the CPU, the
+    library versions are untested or the decoder-layer probe finds a mismatch, it is a no-op that prints why in
+    one line (``SpeedUps.active`` is then empty).
+    """
+    return SpeedUps(trainer, parts, profile)
+
+
+@contextmanager
+def for_generation(model: Any, *, profile: Profile | str | None = None) -> Iterator[None]:
+    """Inside: ``model.generate`` samples as in training (``group_generation.install``), its frozen layers' packs
+    kept between calls; everything restored on exit. For evaluation outside training. A no-op when the switch is
+    off, the model is not on the CPU, the versions are untested or the probe finds a mismatch, and inside a block
+    that installed it already."""
+    if getattr(model, INSTALLED_FLAG, False) or _why_off(model, profile, ["group_generation"]):
+        yield
+        return
+    with _recorded("for_generation", model, _group_generation(model)):
+        yield

@@ -8,8 +8,7 @@ for each tensor shape would otherwise compile again at every batch. An eager CPU
 rule only costs time and memory.
 
 :func:`completion_tokens_only` makes TRL take its compact path on a CPU too. The completion tokens get the same
-log-probabilities and gradients; the prompt's positions are zero either way. :class:`CompletionOnlyScoring`
-applies it for the length of a ``GRPOTrainer``'s training, as a callback.
+log-probabilities and gradients; the prompt's positions are zero either way.
 
 The rows of a micro-batch are completions of the same prompt, and the model reads that prompt again for each row,
 forward and backward. A token's keys, values and hidden state depend only on the tokens before it, so where
@@ -17,23 +16,24 @@ every row starts with the same tokens, :func:`prefix_read_once` runs them once a
 cache: the same log-probabilities and gradients (the gradient through the shared prefix is summed over the rows,
 as it would be over its copies). The rows end at different lengths, so padded to the longest many of their
 positions would be padding; their real tokens run packed as one sequence instead, each attending to the prefix and
-its own row. :class:`SharedPrefixScoring` applies it during training.
+its own row.
 
 With LoRA in the top layers only, the layers below them are frozen, and sampling has just computed their output
 for the same tokens: :func:`frozen_layers_from_sampling` records it while ``generate`` runs and starts the training
-pass at the first trained layer. :class:`FrozenLayersFromSampling` applies it during training.
+pass at the first trained layer.
+
+Each is a context manager; ``course_utils.cpu_speed.enabled`` holds them open while a ``GRPOTrainer`` trains.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
 import torch
 import trl.trainer.utils as trl_utils
-from transformers import TrainerCallback
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from course_utils.cpu_speed.group_generation import decoder_layers_of
@@ -53,7 +53,7 @@ def completion_tokens_only() -> Iterator[None]:
     if not trl_has_compact_rule():
         raise RuntimeError(
             f"This TRL has no trl.trainer.utils.{TRL_COMPACT_RULE}: install the course's pinned TRL "
-            "(make setup), or set score_completions_only=False in the profile."
+            "(make setup), or run without it (cpu_speed.enabled(trainer, parts=...) or COURSE_CPU_SPEEDUPS=0)."
         )
     original = getattr(trl_utils, TRL_COMPACT_RULE)
 
@@ -65,37 +65,6 @@ def completion_tokens_only() -> Iterator[None]:
         yield
     finally:
         setattr(trl_utils, TRL_COMPACT_RULE, original)
-
-
-class DuringTraining(TrainerCallback):
-    """A trainer callback that holds :meth:`context` open from the start of training to its end."""
-
-    needs_model = True  # whether the context is applied to the trainer's model
-
-    def __init__(self) -> None:
-        self._stack = ExitStack()
-
-    def context(self, model: Any) -> AbstractContextManager:
-        raise NotImplementedError
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None and self.needs_model:
-            name = type(self).__name__
-            raise ValueError(f"{name} needs the trainer's model; pass it in GRPOTrainer(callbacks=[...]).")
-        self._stack.close()  # a run that ended without on_train_end (interrupted) leaves nothing to the next
-        self._stack.enter_context(self.context(model))
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._stack.close()
-
-
-class CompletionOnlyScoring(DuringTraining):
-    """A trainer callback: :func:`completion_tokens_only` from the start of training to its end."""
-
-    needs_model = False
-
-    def context(self, model: Any) -> AbstractContextManager:
-        return completion_tokens_only()
 
 
 def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
@@ -203,7 +172,8 @@ def decoder_backbone(model: Any) -> torch.nn.Module:
     if backbone is None or backbone is causal_lm:
         raise ValueError(
             f"{type(causal_lm).__name__} has no decoder backbone under base_model: prefix_read_once is for a "
-            "causal LM (a ...ForCausalLM model), or set score_shared_prefix_once=False in the profile."
+            "causal LM (a ...ForCausalLM model): leave the part score_shared_prefix_once out "
+            "(cpu_speed.enabled's parts=)."
         )
     return backbone
 
@@ -220,20 +190,13 @@ def prefix_read_once(model: Any) -> Iterator[None]:
         backbone.__dict__.pop("forward", None)
 
 
-class SharedPrefixScoring(DuringTraining):
-    """A trainer callback: :func:`prefix_read_once` on the trainer's model from the start of training to its end."""
-
-    def context(self, model: Any) -> AbstractContextManager:
-        return prefix_read_once(model)
-
-
 def decoder_layers(model: Any) -> list[torch.nn.Module]:
     """The decoder layers of ``model``'s backbone, in order (``model.layers`` of a ``LlamaModel``)."""
     layers = decoder_layers_of(model)
     if not layers:
         raise ValueError(
-            f"{type(decoder_backbone(model)).__name__} keeps no decoder layers under .layers: set "
-            "frozen_layers_from_sampling=False in the profile."
+            f"{type(decoder_backbone(model)).__name__} keeps no decoder layers under .layers: leave the part "
+            "frozen_layers_from_sampling out (cpu_speed.enabled's parts=)."
         )
     return layers
 
@@ -431,10 +394,3 @@ def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
             model.__dict__.pop("generate", None)
         else:
             model.generate = own_generate
-
-
-class FrozenLayersFromSampling(DuringTraining):
-    """A trainer callback: :func:`frozen_layers_from_sampling` on the trainer's model for the length of training."""
-
-    def context(self, model: Any) -> AbstractContextManager:
-        return frozen_layers_from_sampling(model)

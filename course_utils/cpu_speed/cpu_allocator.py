@@ -11,7 +11,7 @@ The fix is two ``mallopt`` settings of the C library, the same thing jemalloc or
 serve big blocks from the heap instead of ``mmap`` (``M_MMAP_MAX = 0``), and give freed memory back to
 the kernel only once more than ``trim_threshold_bytes`` lies unused at the heap's top (``M_TRIM_THRESHOLD``).
 A heap that keeps everything also fragments and creeps up, so the setting lasts only while a trainer trains
-(``reuse_freed_memory_callback``), and the free pages go back to the OS once per optimizer step
+(``freed_memory_reused``), and the free pages go back to the OS once per optimizer step
 (``release_freed_memory``, glibc's ``malloc_trim``): they fault in once per step instead of once per
 temporary. This changes only how memory is recycled, never what is computed. GPU memory has its own caching
 allocator in PyTorch already.
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 # glibc's mallopt parameter numbers (malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -100,25 +100,19 @@ def release_freed_memory() -> bool:
     return bool(malloc_trim and malloc_trim(0))
 
 
-def reuse_freed_memory_callback(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHOLD_BYTES) -> Any:
-    """A ``TrainerCallback`` that keeps big freed blocks for reuse while its trainer trains, and only then.
+@contextmanager
+def freed_memory_reused(trim_threshold_bytes: int = DEFAULT_TRIM_THRESHOLD_BYTES) -> Iterator[AllocatorSetting]:
+    """Inside: big freed blocks are kept for reuse (:func:`reuse_freed_memory`, printed); on exit, however the
+    block ends, glibc's defaults are back (:func:`restore_default_allocator`) and the free pages released.
 
-    At the start of training it calls ``reuse_freed_memory`` (and prints what it did), after every optimizer
-    step ``release_freed_memory``, and at the end ``restore_default_allocator`` and a last release. Being a
-    callback, it follows ``trainer.train()`` however it is called: notebook, script, or resumed run. A run
-    that stops on an exception skips ``on_train_end``: the blocks stay kept (not lost) until the next run ends.
+    ``course_utils.cpu_speed.enabled`` holds it open while a trainer trains, and releases the free pages after
+    each optimizer step (:func:`release_freed_memory`).
     """
-    from transformers import TrainerCallback
-
-    class ReuseFreedMemory(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            print(f"CPU allocator: {reuse_freed_memory(trim_threshold_bytes).detail}.")
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            release_freed_memory()
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    setting = reuse_freed_memory(trim_threshold_bytes)
+    print(f"CPU allocator: {setting.detail}.")
+    try:
+        yield setting
+    finally:
+        if setting.applied:
             restore_default_allocator()
             release_freed_memory()
-
-    return ReuseFreedMemory()

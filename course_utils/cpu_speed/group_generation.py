@@ -19,29 +19,29 @@ changes nothing in what is sampled:
 - it runs in ``torch.inference_mode``, without autograd's bookkeeping on each op.
 
 Sampling itself stays transformers' ``generate`` with the trainer's generation config, so the completions
-come from the current policy, with the same probabilities. :class:`GroupGeneration` installs this in a
-``GRPOTrainer`` as a callback.
+come from the current policy, with the same probabilities. :func:`install` routes a model's ``generate`` through
+:func:`group_generate` for the length of a ``with`` block (``course_utils.cpu_speed.enabled`` uses it for a
+``GRPOTrainer``, ``for_generation`` for evaluation).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, AttentionMaskInterface, TrainerCallback
+from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from course_utils.cpu_speed.packed_linear import (
-    GENERATE_PACKS_ITSELF,
     ROWS_ONLY_WHEN_STACKED,
     KeptPacks,
     StackedLinear,
@@ -561,8 +561,25 @@ def grouped_query_sdpa(
     return output.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(GROUPED_SDPA, grouped_query_sdpa)
-AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+_MISSING = object()
+
+
+@contextmanager
+def grouped_attention_registered() -> Iterator[None]:
+    """Inside: transformers' attention and mask registries know :data:`GROUPED_SDPA` (:func:`grouped_query_sdpa`
+    with SDPA's mask). On exit the key is removed again, or any entry it had before is put back."""
+    registries = [(AttentionInterface, grouped_query_sdpa), (AttentionMaskInterface, sdpa_mask)]
+    before = [registry._global_mapping.get(GROUPED_SDPA, _MISSING) for registry, _ in registries]
+    try:
+        for registry, function in registries:
+            registry.register(GROUPED_SDPA, function)
+        yield
+    finally:
+        for (registry, _), entry in zip(registries, before, strict=True):
+            if entry is _MISSING:
+                registry._global_mapping.pop(GROUPED_SDPA, None)
+            else:
+                registry._global_mapping[GROUPED_SDPA] = entry
 
 
 @contextmanager
@@ -573,11 +590,12 @@ def grouped_query_decoding(model: Any) -> Iterator[None]:
     if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(generating, "set_attn_implementation"):
         yield
         return
-    generating.set_attn_implementation(GROUPED_SDPA)
-    try:
-        yield
-    finally:
-        generating.set_attn_implementation("sdpa")
+    with grouped_attention_registered():
+        generating.set_attn_implementation(GROUPED_SDPA)
+        try:
+            yield
+        finally:
+            generating.set_attn_implementation("sdpa")
 
 
 def group_generate(model: Any, generate: Callable[..., Any], **kwargs: Any) -> Any:
@@ -636,10 +654,15 @@ def normal_tensors(output: Any) -> Any:
     return output
 
 
-def install(model: Any) -> Any:
-    """Route ``model.generate`` through :func:`group_generate`; installing twice changes nothing."""
+@contextmanager
+def install(model: Any) -> Iterator[Any]:
+    """Inside: ``model.generate`` samples through :func:`group_generate`; on exit the model's own ``generate``
+    attribute is back (none on the instance if it had none). Installing inside an install changes nothing."""
     if getattr(model, INSTALLED_FLAG, False):
-        return model
+        yield model
+        return
+    missing = object()
+    own = model.__dict__.get("generate", missing)
     original = model.generate
 
     def generate(input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
@@ -647,26 +670,11 @@ def install(model: Any) -> Any:
 
     model.generate = generate
     setattr(model, INSTALLED_FLAG, True)
-    setattr(model, GENERATE_PACKS_ITSELF, True)
-    return model
-
-
-class GroupGeneration(TrainerCallback):
-    """A ``GRPOTrainer`` callback: the trainer's model samples its groups through :func:`group_generate`.
-
-    Installed at ``on_train_begin``, when the trainer has wrapped the model in its adapters; the frozen layers'
-    packs are kept from then until ``on_train_end`` (:func:`keeping_frozen_packs`).
-    """
-
-    def __init__(self) -> None:
-        self._stack = ExitStack()
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None:
-            raise ValueError("GroupGeneration needs the trainer's model; pass it in GRPOTrainer(callbacks=[...]).")
-        install(model)
-        self._stack.close()  # a run that ended without on_train_end (interrupted) leaves no packs to the next
-        self._stack.enter_context(keeping_frozen_packs(model))
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._stack.close()
+    try:
+        yield model
+    finally:
+        model.__dict__.pop(INSTALLED_FLAG, None)
+        if own is missing:
+            model.__dict__.pop("generate", None)
+        else:
+            model.generate = own

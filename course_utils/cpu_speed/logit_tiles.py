@@ -11,21 +11,19 @@ logits would take gigabytes; a CPU micro-batch of a few hundred completion token
 so the log-probabilities and entropies are TRL's, bit for bit; the backward runs TRL's own tile fold on the kept
 tiles. TRL sums the gradient's products in fp32; for bf16 tiles and head, which its CPU path converts to fp32 first,
 the product runs in oneDNN's bf16 kernels instead, which multiply bf16 numbers exactly and sum in fp32 (the same
-sums, in another order). :class:`LogitTilesKept` applies it for the length of a ``GRPOTrainer``'s training.
+sums, in another order). TRL's tile folds are called by keyword (``cpu_speed.versions`` checks their parameters).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import trl.kernels.chunked_logprob as trl_logprob
 import trl.trainer.utils as trl_utils
-
-from course_utils.cpu_speed.completion_scoring import DuringTraining
 
 # The autograd function TRL's fused log-prob forward applies, and the tile folds and product it runs
 TRL_LOGPROB_FUNCTION = "_ChunkedLogProbFunction"
@@ -76,7 +74,7 @@ def head_product(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     if acc.device.type == "cpu" and acc.dtype == torch.float32 and a.dtype == b.dtype == torch.bfloat16:
         bf16_math_product(acc, a, b)
     else:
-        trl_logprob._addmm_fp32(acc, a, b)
+        trl_logprob._addmm_fp32(acc=acc, a=a, b=b)
 
 
 def _kernel_args(temperature: float, softcapping: float | None, logit_scale: float) -> dict[str, Any]:
@@ -123,10 +121,22 @@ class KeptTilesLogProb(torch.autograd.Function):
             if bias is not None:
                 tile.add_(bias[start:end].to(dtype))
             trl_logprob._forward_tile(
-                tile, tile.stride(0), targets, running_max, sum_exp, x_sum_exp, sq_sum_exp, z_sum,
-                max_before_target, target_logit, start, end - start,
-                BLOCK_SIZE=trl_logprob._BLOCK_SIZE, **flags, **kernel_args,
-            )  # fmt: skip
+                tile=tile,
+                tile_stride=tile.stride(0),
+                targets=targets,
+                running_max=running_max,
+                sum_exp=sum_exp,
+                x_sum_exp=x_sum_exp,
+                sq_sum_exp=sq_sum_exp,
+                z_sum=z_sum,
+                max_before_target=max_before_target,
+                target_logit=target_logit,
+                vocab_start=start,
+                n_cols=end - start,
+                BLOCK_SIZE=trl_logprob._BLOCK_SIZE,
+                **flags,
+                **kernel_args,
+            )
             tiles.append(tile)
         log_z = running_max + torch.log(sum_exp)
         entropy = log_z - x_sum_exp / sum_exp if "entropy" in outputs else None
@@ -153,12 +163,20 @@ class KeptTilesLogProb(torch.autograd.Function):
         for tile, start in zip(tiles, range(0, weight.shape[0], ctx.chunk_size), strict=True):
             end = start + tile.shape[1]
             trl_logprob._backward_tile(
-                tile, tile.stride(0), targets, log_z, entropy,
-                log_z if grad_logprobs is None else grad_logprobs, log_z if grad_entropy is None else grad_entropy,
-                start, end - start,
-                HAS_LOGPROB_GRAD=grad_logprobs is not None, HAS_ENTROPY_GRAD=grad_entropy is not None,
-                BLOCK_SIZE=trl_logprob._BLOCK_SIZE, **ctx.kernel_args,
-            )  # fmt: skip
+                tile=tile,
+                tile_stride=tile.stride(0),
+                targets=targets,
+                log_z=log_z,
+                entropy=entropy,
+                grad_logprobs=log_z if grad_logprobs is None else grad_logprobs,
+                grad_entropy=log_z if grad_entropy is None else grad_entropy,
+                vocab_start=start,
+                n_cols=end - start,
+                HAS_LOGPROB_GRAD=grad_logprobs is not None,
+                HAS_ENTROPY_GRAD=grad_entropy is not None,
+                BLOCK_SIZE=trl_logprob._BLOCK_SIZE,
+                **ctx.kernel_args,
+            )
             if grad_hidden is not None:
                 head_product(grad_hidden, tile, weight[start:end].to(dtype))
             if grad_weight is not None:
@@ -197,8 +215,8 @@ def logit_tiles_kept(budget: int = KEPT_TILES_BUDGET_BYTES) -> Iterator[None]:
     if not trl_has_logprob_parts():
         raise RuntimeError(
             f"This TRL lacks trl.trainer.utils.{TRL_LOGPROB_FUNCTION} or one of trl.kernels.chunked_logprob's "
-            f"{', '.join(TRL_PARTS)}: install the course's pinned TRL (make setup), or set keep_logit_tiles=False "
-            "in the profile."
+            f"{', '.join(TRL_PARTS)}: install the course's pinned TRL (make setup), or leave the part keep_logit_tiles "
+            "out (cpu_speed.enabled's parts=)."
         )
     original = getattr(trl_utils, TRL_LOGPROB_FUNCTION)
     setattr(trl_utils, TRL_LOGPROB_FUNCTION, _KeepTilesWhereTheyFit(original, budget))
@@ -206,12 +224,3 @@ def logit_tiles_kept(budget: int = KEPT_TILES_BUDGET_BYTES) -> Iterator[None]:
         yield
     finally:
         setattr(trl_utils, TRL_LOGPROB_FUNCTION, original)
-
-
-class LogitTilesKept(DuringTraining):
-    """A trainer callback: :func:`logit_tiles_kept` from the start of training to its end."""
-
-    needs_model = False
-
-    def context(self, model: Any) -> AbstractContextManager:
-        return logit_tiles_kept()

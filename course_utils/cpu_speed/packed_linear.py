@@ -36,9 +36,6 @@ from course_utils.core.paths import cache_dir
 KERNELS = ("linear", "mkl", "mkldnn", "mkldnn_conv")
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_CACHE_FILE = "packed_kernels.json"
-# Set on a model whose ``generate`` packs its own layers (cpu_speed.group_generation): packing around it again
-# would pack layers that then sit idle
-GENERATE_PACKS_ITSELF = "_course_generate_packs_linears"
 # (weight shape, dtype, rows) -> the kernel measured fastest in this process
 _MEASURED: dict[tuple[tuple[int, ...], torch.dtype, int], str] = {}
 
@@ -271,8 +268,8 @@ class KeptPacks:
     For the length of a LoRA training run, where the optimizer never changes a frozen weight. A kept product is
     packed again if its layer's weight is another tensor, was written in place through autograd's view of it
     (its version counter moved), or is packed for another row count or kernel. Writes through ``weight.data``
-    move no counter, which is why packs are kept only while a trainer owns the model (see
-    ``course_utils.cpu_speed.group_generation.GroupGeneration``).
+    move no counter, which is why packs are kept only while the plug-in owns the model (see
+    ``course_utils.cpu_speed.group_generation.keeping_frozen_packs``).
     """
 
     def __init__(self) -> None:
@@ -351,4 +348,3 @@ def describe_kernels(chosen: dict[tuple[tuple[int, ...], torch.dtype], str]) -> 
     for (shape, dtype), kernel in sorted(chosen.items(), key=lambda item: item[0][0]):
         by_kernel.setdefault(kernel, []).append(f"{'x'.join(map(str, shape))} ({str(dtype).removeprefix('torch.')})")
     return "; ".join(f"{kernel}: {', '.join(shapes)}" for kernel, shapes in sorted(by_kernel.items()))
-

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from course_utils import cpu_speed
 from course_utils.core.paths import output_dir, repo_root
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.evaluation.heldout import evaluate_model, test_problems
@@ -196,7 +197,8 @@ def run_variant(
         overrides["reward_weights"] = list(reward_weights)
     config = make_grpo_config(p, run_dir, **overrides)
     trainer = build_trainer(model, tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=p):
+        trainer.train()
     eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
     result = evaluate_model(
         trainer.model,

@@ -20,7 +20,7 @@ from typing import Any
 from course_utils.core.profiles import Profile
 from course_utils.evaluation.heldout import evaluate_model
 from course_utils.lesson.rewards import REWARD_FUNCS
-from course_utils.training.run import lab_callbacks, make_grpo_config, make_lora_config
+from course_utils.training.run import make_grpo_config, make_lora_config
 from course_utils.training.warm_start import make_sft_config
 
 # Fields compared between a learner's LoraConfig and the reference (the rest are peft's bookkeeping)
@@ -105,12 +105,12 @@ def check_lora_config(config: Any, profile: Profile, model: Any) -> bool:
     return _verdict("Your LoraConfig", field_differences(_lora_fields(config), _lora_fields(reference)), PROFILE_FIX)
 
 
-def _callback_names(trainer: Any) -> list[str]:
-    return [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
-
-
 def trainer_differences(trainer: Any, profile: Profile, config: Any, lora: Any, tokenizer: Any) -> list[str]:
-    """What a ``GRPOTrainer`` was given that the course's run is not: rewards, args, data, LoRA, callbacks."""
+    """What a ``GRPOTrainer`` was given that the course's run is not: rewards, args, data, LoRA.
+
+    Callbacks are the learner's own (a plain ``GRPOTrainer`` passes): the CPU speed-ups are applied around
+    ``trainer.train()`` (``cpu_speed.enabled``), not given to the trainer.
+    """
     differences = []
     names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer, "reward_funcs", [])]
     expected = [f.__name__ for f in REWARD_FUNCS]
@@ -131,10 +131,6 @@ def trainer_differences(trainer: Any, profile: Profile, config: Any, lora: Any, 
             differences.append("peft_config: the model carries no LoRA adapter as configured; pass peft_config=lora")
     elif adapters:
         differences.append("peft_config: this profile fine-tunes every weight; pass peft_config=None")
-    callbacks = _callback_names(trainer)
-    for wanted in [type(c).__name__ for c in lab_callbacks(profile)]:
-        if wanted not in callbacks:
-            differences.append(f"callbacks: {wanted} is missing (training.lab_callbacks(profile))")
     return differences
 
 

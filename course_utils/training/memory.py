@@ -10,7 +10,7 @@ Training memory has six parts, and each fix for "out of memory" shrinks a differ
   only each layer's input and recomputes the rest; LoRA in the top layers only keeps nothing below them;
 - **log-softmax workspace**: TRL's chunked log-softmax over the output head, fp32 tiles of positions x
   vocabulary chunk at the start of the backward pass (on the CPU TRL scores every position, prompt included,
-  unless the profile scores the completion tokens only: ``course_utils.cpu_speed.completion_scoring``);
+  unless the CPU speed-ups score the completion tokens only: ``course_utils.cpu_speed``);
 - **generation KV cache**: keys and values of every generated token, for the whole generation batch.
 
 The phases do not overlap: generation (KV cache), the backward pass (activations + workspace, plus the
@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import OFFLINE_MODEL_ID, Profile, get_profile
 from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.lesson.data import load_gsm8k
@@ -225,7 +226,7 @@ class MemoryEstimate:
     generation_copies_gb: float = 0.0
     # group generation on a CPU with LoRA: packed copies of the other frozen weights, kept for the whole run
     kept_packs_gb: float = 0.0
-    # freed memory the process keeps until the step ends (reuse_freed_memory): the training pass starts above it
+    # freed memory the process keeps until the step ends (the CPU speed-ups): the training pass starts above it
     kept_after_generation_gb: float = 0.0
 
     @property
@@ -239,7 +240,7 @@ class MemoryEstimate:
     def total_gb(self) -> float:
         """What always stays, plus the largest phase: backward pass, optimizer step (gradients), or generation
         (its key/value cache, and on a CPU with group generation the packed copies made for the call). With freed
-        memory kept in the process until the step ends (``reuse_freed_memory``), those copies still take their
+        memory kept in the process until the step ends (the CPU speed-ups), those copies still take their
         pages when the training pass starts: measured, the training pass does not reuse them. With LoRA the packed
         copies of the frozen weights without adapters stay for the whole run (``kept_packs_gb``).
 
@@ -327,11 +328,7 @@ def estimate_memory(
     device: str = "cpu",
     label: str | None = None,
     vllm_reserved_gb: float = 0.0,
-    score_completions_only: bool = False,
-    keep_logit_tiles: bool = False,
-    score_shared_prefix_once: bool = False,
-    group_generation: bool = False,
-    reuse_freed_memory: bool = False,
+    cpu_speedups: bool = False,
 ) -> MemoryEstimate:
     """Peak memory of one GRPO training process, from explicit settings (see ``estimate_for_profile``).
 
@@ -341,15 +338,12 @@ def estimate_memory(
     below then keep no activations. Activations assume memory-efficient attention (no seq x seq scores).
     ``vllm_reserved_gb``: what a colocated vLLM reserves (``vllm_gpu_memory_utilization`` x the GPU's memory);
     it then generates in its own reservation, so the training model keeps no generation KV cache.
-    ``score_completions_only``: on the CPU, the log-softmax scores the completion tokens only (as on a GPU).
-    ``keep_logit_tiles``: on the CPU, the log-softmax keeps its logits (scored positions x vocabulary, in the
-    weights' dtype) from the forward for the backward, where they fit its budget (``cpu_speed.logit_tiles``).
-    ``score_shared_prefix_once``: a micro-batch's rows share their prompt, and the training pass reads it once
-    (``course_utils.cpu_speed.completion_scoring``); each row still keeps the prompt's keys and values.
-    ``group_generation``: on the CPU, sampling packs a copy of every linear weight and of the output head
-    (``cpu_speed.group_generation``); with LoRA the run keeps the packs of the frozen weights, and packs the
-    layers with fp32 adapters (merged in) afresh at each call.
-    ``reuse_freed_memory``: the process keeps what it frees until the step ends (``cpu_speed.cpu_allocator``).
+    ``cpu_speedups`` (on the CPU; ``course_utils.cpu_speed``): the log-softmax scores the completion tokens only
+    and keeps its logits (scored positions x vocabulary) for the backward where they fit its budget; a
+    micro-batch's rows read their shared prompt once (each row still keeps its keys and values); sampling packs
+    a copy of every linear weight and of the output head (with LoRA the packs of the frozen weights are kept for
+    the run, the layers with fp32 adapters packed afresh at each call); and the process keeps what it frees
+    until the step ends.
     """
     if dtype not in BYTES_PER_DTYPE:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_DTYPE)}, got {dtype!r}")
@@ -375,6 +369,7 @@ def estimate_memory(
             raise ValueError(f"lora_top_layers must be an integer from 1 to {spec.num_layers}, got {lora_top_layers!r}")
         trained_layers = lora_top_layers
 
+    speedups = cpu_speedups and device == "cpu"
     width = BYTES_PER_DTYPE[dtype]
     params = spec.num_parameters
     notes: list[str] = []
@@ -399,7 +394,7 @@ def estimate_memory(
     act_width = width  # activations come out in the weights' dtype
     per_token = _activation_values_per_token(spec, gradient_checkpointing, use_lora) * act_width * trained_layers
     repeated_prompt_kv = 0.0
-    if score_shared_prefix_once and per_device_train_batch_size > 1:
+    if speedups and per_device_train_batch_size > 1:
         tokens = prompt_tokens + per_device_train_batch_size * max_completion_length
         repeated_prompt_kv = per_device_train_batch_size * prompt_tokens * 2 * spec.kv_dim * act_width * trained_layers
     if width < 4 and not gradient_checkpointing:
@@ -407,10 +402,10 @@ def estimate_memory(
     if gradient_checkpointing:
         per_token += _activation_values_per_token(spec, False, use_lora) * act_width  # the block being recomputed
     # On the CPU TRL scores every position of the micro-batch (unless told otherwise); on a GPU only the completions.
-    every_position = device == "cpu" and not score_completions_only
+    every_position = device == "cpu" and not speedups
     scored = per_device_train_batch_size * (sequence if every_position else max_completion_length)
     logprob = logprob_workspace_bytes(spec, scored, device)
-    if keep_logit_tiles and device == "cpu" and tiles_fit(scored, spec.vocab_size, width):
+    if speedups and tiles_fit(scored, spec.vocab_size, width):
         logprob += kept_tiles_bytes(scored, spec.vocab_size, width)
     if not use_lora:
         logprob += spec.vocab_size * spec.hidden_size * 4.0  # fp32 gradient of the trained output head
@@ -419,7 +414,7 @@ def estimate_memory(
     generation_batch = per_device_train_batch_size * steps_per_generation
     kv_cache = 0.0 if vllm_reserved_gb else 2 * spec.num_layers * spec.kv_dim * width * generation_batch * sequence
     generation_copies = kept_packs = 0.0
-    if group_generation and device == "cpu" and not load_in_4bit:
+    if speedups and not load_in_4bit:
         packs = (spec.linear_parameters + spec.vocab_size * spec.hidden_size) * width
         if use_lora:
             # fp32 adapters are merged into fresh packs of their layers' groups at each call; every other weight
@@ -445,7 +440,7 @@ def estimate_memory(
         vllm_gb=float(vllm_reserved_gb),
         generation_copies_gb=generation_copies / GB,
         kept_packs_gb=kept_packs / GB,
-        kept_after_generation_gb=(generation_copies if reuse_freed_memory else 0.0) / GB,
+        kept_after_generation_gb=(generation_copies if speedups else 0.0) / GB,
     )
 
 
@@ -488,11 +483,7 @@ def estimate_for_profile(
         device=p.device,
         label=label or f"{p.name}",
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
-        score_completions_only=p.score_completions_only,
-        keep_logit_tiles=p.keep_logit_tiles,
-        score_shared_prefix_once=p.score_shared_prefix_once,
-        group_generation=p.group_generation,
-        reuse_freed_memory=p.reuse_freed_memory,
+        cpu_speedups=p.cpu_speedups,
     )
 
 
@@ -674,7 +665,8 @@ def _run_measurement(profile_json: str, steps: int) -> dict[str, Any]:
         generation_kwargs={"min_new_tokens": p.max_completion_length},  # full-length completions: the worst case
     )
     trainer = build_trainer(model, tokenizer, p, train_dataset=dataset, config=config, reward_funcs=[length_reward])
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=p):
+        trainer.train()
     peak = peak_rss_gb()
     return {
         "baseline_gb": baseline,

@@ -26,17 +26,29 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+from trl import GRPOConfig
+
+from course_utils.core.field_checks import check_value_types
 from course_utils.core.findings import SEVERITIES, Finding
-from course_utils.core.hardware import cpu_supports_bf16
+from course_utils.core.hardware import Hardware, as_hardware
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson import data
-from course_utils.training.memory import GPU_MEMORY_GB, QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
-from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config, vllm_available
+from course_utils.lesson.data import reference_length_percentile
+from course_utils.training.memory import QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
+from course_utils.training.run import (
+    GenerationBatchError,
+    build_trainer,
+    check_generation_batch,
+    load_model_for_training,
+    make_grpo_config,
+    vllm_available,
+)
 
 COMPLETION_PERCENTILE = 90
 MEMORY_TIGHT_FRACTION = 0.9
@@ -46,92 +58,11 @@ class PreflightError(RuntimeError):
     """Raised by ``raise_for_errors`` when a finding says the run cannot work."""
 
 
-# --- Hardware -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """The machine a run will use: what the checks need to know about it."""
-
-    device: str  # "cpu" or "cuda"
-    gpu_name: str | None = None
-    bf16: bool = False  # native bfloat16: Ampere+ GPUs; CPUs with AVX512-BF16 or AMX
-    total_memory_gb: float = 0.0
-    available_memory_gb: float = 0.0
-    num_processes: int = 1
-
-    def __post_init__(self) -> None:
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"Hardware.device must be 'cpu' or 'cuda', got {self.device!r}")
-        if self.available_memory_gb < 0 or self.total_memory_gb < 0:
-            raise ValueError("Hardware memory sizes must be >= 0 GB")
-        if self.num_processes < 1:
-            raise ValueError(f"num_processes must be >= 1, got {self.num_processes}")
-
-    @property
-    def label(self) -> str:
-        return self.gpu_name or "CPU"
-
-
-def _gpu(name: str, key: str, bf16: bool) -> Hardware:
-    size = GPU_MEMORY_GB[key]
-    return Hardware("cuda", name, bf16, size, size)
-
-
-KNOWN_HARDWARE: dict[str, Hardware] = {
-    "T4": _gpu("Tesla T4", "T4", bf16=False),
-    "A100": _gpu("NVIDIA A100-SXM4-40GB", "A100-40GB", bf16=True),
-    "A100-80GB": _gpu("NVIDIA A100-SXM4-80GB", "A100-80GB", bf16=True),
-    "A800": _gpu("NVIDIA A800-SXM4-80GB", "A800-80GB", bf16=True),
-    "H100": _gpu("NVIDIA H100 80GB HBM3", "H100-80GB", bf16=True),
-}
-
-
-def detect_hardware() -> Hardware:
-    """This machine: the first CUDA GPU if there is one (free memory as available), else the CPU and its RAM."""
-    import psutil
-    import torch
-
-    if torch.cuda.is_available():
-        free, total = torch.cuda.mem_get_info(0)
-        return Hardware(
-            device="cuda",
-            gpu_name=torch.cuda.get_device_name(0),
-            bf16=torch.cuda.is_bf16_supported(),
-            total_memory_gb=total / 1024**3,
-            available_memory_gb=free / 1024**3,
-        )
-
-    memory = psutil.virtual_memory()
-    return Hardware("cpu", None, cpu_supports_bf16(), memory.total / 1024**3, memory.available / 1024**3)
-
-
-def as_hardware(hardware: Hardware | dict[str, Any] | str | None) -> Hardware:
-    """A ``Hardware`` from itself, a dict of its fields, a known name (``"T4"``, ``"A100"``...), or None (detect)."""
-    if hardware is None:
-        return detect_hardware()
-    if isinstance(hardware, Hardware):
-        return hardware
-    if isinstance(hardware, str):
-        if hardware not in KNOWN_HARDWARE:
-            raise ValueError(f"Unknown hardware {hardware!r}; known: {sorted(KNOWN_HARDWARE)} (or pass a dict)")
-        return KNOWN_HARDWARE[hardware]
-    if isinstance(hardware, dict):
-        names = {f.name for f in dataclasses.fields(Hardware)}
-        unknown = sorted(set(hardware) - names)
-        if unknown:
-            raise ValueError(f"Unknown hardware field(s) {unknown}; valid fields: {sorted(names)}")
-        return Hardware(**hardware)
-    raise TypeError(f"hardware must be a Hardware, a dict, a name or None, got {type(hardware).__name__}")
-
-
 # --- Reading the config ---------------------------------------------------------------------------
 
 
 def _grpo_defaults() -> dict[str, Any]:
     """GRPOConfig's field defaults, read without building one (building one runs the checks we explain)."""
-    from trl import GRPOConfig
-
     defaults = {}
     for f in dataclasses.fields(GRPOConfig):
         if f.default is not dataclasses.MISSING:
@@ -191,23 +122,27 @@ def generation_batch(
 # --- The checks -----------------------------------------------------------------------------------
 
 
-def _check_groups(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
+GROUP_FIXES = {
+    "batch-size-invalid": "Set per_device_train_batch_size, gradient_accumulation_steps (or steps_per_generation) and "
+    "the number of processes to whole numbers >= 1.",
+    "group-too-small": "Set num_generations to at least 2; 4 to 16 is usual (the course profiles use 2, 8 and 16).",
+}
+
+
+def _batch_finding_code(values: dict[str, Any], steps: int, num_processes: int) -> str:
+    """Which part of ``check_generation_batch``'s rule failed, in the order it checks them."""
+    sizes = (values["per_device_train_batch_size"], steps, num_processes)
+    if any(not isinstance(size, int) or size < 1 for size in sizes):
+        return "batch-size-invalid"
     g = values["num_generations"]
-    findings = []
-    if g is None or g < 2:
-        findings.append(
-            Finding(
-                "error",
-                "group-too-small",
-                f"num_generations is {g}: GRPO scores each completion against the other completions of the same "
-                "prompt, so a group of one has nothing to compare with (its advantage is always 0).",
-                "Set num_generations to at least 2; 4 to 16 is usual (the course profiles use 2, 8 and 16).",
-            )
-        )
-        return findings
-    size, steps, problem = generation_batch(values, num_processes, built=built)
+    return "group-too-small" if not isinstance(g, int) or g < 2 else "batch-not-divisible"
+
+
+def _check_groups(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
+    """The generation batch TRL would form, checked by the rule training uses (``run.check_generation_batch``)."""
+    _, steps, problem = generation_batch(values, num_processes, built=built)
     if problem:
-        findings.append(
+        return [
             Finding(
                 "error",
                 "generation-settings-conflict" if "both" in problem else "generation-batch-not-divisible",
@@ -215,24 +150,14 @@ def _check_groups(values: dict[str, Any], num_processes: int, built: bool) -> li
                 "Set only one of generation_batch_size / steps_per_generation (or neither: the default generates "
                 "per_device_train_batch_size x gradient_accumulation_steps completions at a time).",
             )
-        )
-        return findings
-    if size % g:
-        lower = size - size % g
-        findings.append(
-            Finding(
-                "error",
-                "batch-not-divisible",
-                f"The generation batch is {size} completions (per_device_train_batch_size "
-                f"{values['per_device_train_batch_size']} x steps_per_generation {steps} "
-                f"x {num_processes} process(es)), "
-                f"which is not a whole number of groups of num_generations={g}: GRPOConfig raises "
-                "'generation_batch_size must be divisible by num_generations'.",
-                f"Make the generation batch a multiple of {g}: e.g. per_device_train_batch_size={lower or g} "
-                f"(x steps_per_generation {steps}), or num_generations to a divisor of {size}.",
-            )
-        )
-    return findings
+        ]
+    try:
+        check_generation_batch(values["per_device_train_batch_size"], steps, values["num_generations"], num_processes)
+    except GenerationBatchError as error:
+        code = _batch_finding_code(values, steps, num_processes)
+        message, _, fix = str(error).partition(" Fix: ")
+        return [Finding("error", code, message, fix or GROUP_FIXES[code])]
+    return []
 
 
 def _check_precision(values: dict[str, Any], hardware: Hardware) -> list[Finding]:
@@ -298,8 +223,6 @@ def trl_choices(field_name: str) -> tuple[str, ...]:
     Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once.
     An empty tuple when the field's help lists no values.
     """
-    from trl import GRPOConfig
-
     spec = GRPOConfig.__dataclass_fields__.get(field_name)
     help_text = spec.metadata.get("help", "") if spec is not None else ""
     match = re.search(r"Supported values are(.*?)\.(?:\s|$)", help_text, re.S)
@@ -371,14 +294,6 @@ def _check_loss_variant(values: dict[str, Any], num_processes: int, built: bool)
     return findings
 
 
-def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = COMPLETION_PERCENTILE) -> float:
-    """The ``q``-th percentile of the reference solutions' token lengths (``course_utils.lesson.data`` computes it).
-
-    Raw GSM8K rows work too (the reasoning is the part before ``####``).
-    """
-    return float(data.reference_length_percentile(dataset, tokenizer, q=q))
-
-
 def _looks_like_tokenizer(obj: Any) -> bool:
     return hasattr(obj, "convert_tokens_to_ids")
 
@@ -409,7 +324,7 @@ def _check_completion_length(values: dict[str, Any], dataset: Any, tokenizer: An
             f"max_completion_length is {limit} tokens, but 10% of the reference solutions are longer than "
             f"{p90:.0f} tokens (90th percentile), before the <reasoning>/<answer> tags: many completions will be cut "
             "off before the answer, score 0, and the reward stays flat.",
-            f"Raise max_completion_length to at least {int(p90) + 32} (p90 + room for the tags), or accept truncation "
+            f"Raise max_completion_length to at least {p90 + 32} (p90 + room for the tags), or accept truncation "
             "knowingly (watch completions/clipped_ratio).",
         )
     ]
@@ -543,6 +458,20 @@ def _check_memory(
     return []
 
 
+# The fields a dict config is read for, by type: a quoted number fails here, not deep in a comparison
+CONFIG_FIELD_TYPES: dict[str, type] = {
+    "num_generations": int,
+    "per_device_train_batch_size": int,
+    "gradient_accumulation_steps": int,
+    "max_completion_length": int,
+    "learning_rate": float,
+    "beta": float,
+    "bf16": bool,
+    "fp16": bool,
+    "use_vllm": bool,
+}
+
+
 def check(
     config: Any,
     model: Any = None,
@@ -565,6 +494,8 @@ def check(
     """
     values = config_values(config)
     built = not isinstance(config, dict)
+    if not built:
+        check_value_types(values, CONFIG_FIELD_TYPES, where="preflight.check config")
     machine = as_hardware(hardware)
     if tokenizer is None and model is not None and _looks_like_tokenizer(model):
         tokenizer, model = model, None
@@ -597,8 +528,6 @@ def format_findings(findings: list[Finding]) -> str:
 
 def findings_table(findings: list[Finding]) -> Any:
     """The findings as a pandas DataFrame (columns severity, code, message, fix) for notebook display."""
-    import pandas as pd
-
     return pd.DataFrame([dataclasses.asdict(f) for f in findings], columns=["severity", "code", "message", "fix"])
 
 
@@ -620,8 +549,6 @@ def reward_swing(rewards: Any, completions_per_step: int, steps: int = 500, seed
     ``reward`` metric does. Why: a curve that swings by +-0.3 with 4 completions per step can be pure
     sampling noise; the swing shrinks like 1 / sqrt(completions per step).
     """
-    import numpy as np
-
     pool = np.asarray(list(rewards), dtype=float)
     if pool.size == 0:
         raise ValueError("rewards is empty: pass the reward values of some real completions")
@@ -639,8 +566,6 @@ def illustrative_overfitting_history(steps: int = 60, eval_every: int = 10) -> t
     model memorises the few training problems instead of learning to solve new ones. Used as an
     illustration because a real overfitting run takes far longer than the CI budget allows.
     """
-    import math
-
     train = [
         {"step": s, "reward": round(0.4 + 2.0 * (1 - math.exp(-s / 20)) + 0.08 * math.sin(s), 3)}
         for s in range(1, steps + 1)

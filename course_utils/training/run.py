@@ -31,14 +31,6 @@ from transformers import TrainerCallback
 from course_utils.core.hardware import cpu_precision, cuda_available
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.cpu_speed.completion_scoring import (
-    CompletionOnlyScoring,
-    FrozenLayersFromSampling,
-    SharedPrefixScoring,
-)
-from course_utils.cpu_speed.cpu_allocator import reuse_freed_memory_callback
-from course_utils.cpu_speed.group_generation import GroupGeneration
-from course_utils.cpu_speed.logit_tiles import LogitTilesKept
 from course_utils.lesson.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
@@ -509,7 +501,8 @@ def build_trainer(
 ) -> Any:
     """A ``GRPOTrainer`` on the course's five rewards (weights from the config), LoRA from the profile.
 
-    The same call notebook 04's learner writes out; the profile's CPU callbacks (``lab_callbacks``) come first.
+    The same call notebook 04's learner writes out: plain TRL. The CPU speed-ups are applied around
+    ``trainer.train()`` (``with cpu_speed.enabled(trainer):``), not here.
     """
     from trl import GRPOTrainer
 
@@ -535,35 +528,8 @@ def build_trainer(
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=make_lora_config(p, model),
-        callbacks=[*lab_callbacks(p), *callbacks],
+        callbacks=list(callbacks),
     )
-
-
-def lab_callbacks(profile: Profile) -> list[TrainerCallback]:
-    """The profile's speed-ups for a CPU run, as trainer callbacks (none on a GPU profile).
-
-    They change how fast a step runs, never what it computes: freed memory kept for reuse
-    (``reuse_freed_memory``); each group sampled with its prompt read once (``group_generation``); the
-    log-softmax run on the completion tokens only (``score_completions_only``), its logits kept from the forward
-    for the backward (``keep_logit_tiles``); and the prompt a micro-batch's rows share read once in the training
-    pass (``score_shared_prefix_once``), which starts at the first trained layer from the hidden states sampling
-    computed (``frozen_layers_from_sampling``).
-    Put them first, so that a callback timing the step (the benchmark's) counts the per-step release too.
-    The appendix notebook (``99_appendix_cpu_speed.ipynb``) explains and measures them.
-    """
-    return [
-        *allocator_callbacks(profile),
-        *([GroupGeneration()] if profile.group_generation else []),
-        *([CompletionOnlyScoring()] if profile.score_completions_only else []),
-        *([LogitTilesKept()] if profile.keep_logit_tiles else []),
-        *([SharedPrefixScoring()] if profile.score_shared_prefix_once else []),
-        *([FrozenLayersFromSampling()] if profile.frozen_layers_from_sampling else []),
-    ]
-
-
-def allocator_callbacks(profile: Profile) -> list[TrainerCallback]:
-    """With ``reuse_freed_memory``, freed memory kept for reuse (any trainer: the warm start's too)."""
-    return [reuse_freed_memory_callback()] if profile.reuse_freed_memory else []
 
 
 def clear_run_dir(run_dir: str | Path) -> Path:

@@ -1,0 +1,417 @@
+"""The fault suite: bad inputs and interrupts a hurried learner meets, each with a clear error or kept work.
+
+Nothing lost (a typo never deletes a run, an interrupt keeps its steps), nothing silent (a wrong ``GSM8K_DIR``
+never becomes the sample, a stale warm start is never reused), and every bad input named with its fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from course_utils.core.field_checks import FieldValueError, check_value_types
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.heldout import load_curve, save_curve
+from course_utils.lesson import models
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weights, resolve_weights
+from course_utils.training import preflight
+from course_utils.training import warm_start as warm
+from course_utils.training.lab import trained_label
+from course_utils.training.monitoring import StopOnInterrupt, load_log_history
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "train_grpo.py"
+
+
+@pytest.fixture(scope="module")
+def script(load_script):
+    return load_script("train_grpo")
+
+
+def earlier_run(run_dir: Path) -> dict[str, str]:
+    """A run folder as a finished run leaves it: a checkpoint, the final model, the log history."""
+    (run_dir / "checkpoint-2").mkdir(parents=True)
+    (run_dir / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (run_dir / "final").mkdir()
+    (run_dir / "final" / "config.json").write_text("{}")
+    (run_dir / "log_history.csv").write_text("step,reward\n1,0.5\n")
+    return snapshot(run_dir)
+
+
+def snapshot(run_dir: Path) -> dict[str, str]:
+    return {str(p.relative_to(run_dir)): p.read_text() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+# --- Validate before destroying -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", [[], ["--overwrite"], ["--resume"]])
+def test_a_misspelled_config_field_fails_before_the_earlier_run_is_touched(script, tmp_path, flag):
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"no field\(s\) \['lerning_rate'\]"):
+        script.main(["--profile", "ci", "--config", "lerning_rate=1e-4", "--output-dir", str(tmp_path / "run"), *flag])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_an_earlier_run_is_continued_or_deleted_only_when_asked(script, tmp_path):
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"holds an earlier run.*--resume.*--overwrite"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run")])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_resume_and_overwrite_together_are_refused(script, capsys):
+    with pytest.raises(SystemExit):
+        script.build_parser().parse_args(["--profile", "ci", "--resume", "--overwrite"])
+    assert "not allowed with" in capsys.readouterr().err
+
+
+def test_resume_says_which_checkpoint_or_that_it_starts_at_step_0(script, tmp_path, capsys):
+    assert script.checkpoint_to_resume(tmp_path / "new", resume=True) is None
+    assert "starting at step 0" in capsys.readouterr().out
+    earlier_run(tmp_path / "run")
+    found = script.checkpoint_to_resume(tmp_path / "run", resume=True)
+    assert found == str(tmp_path / "run" / "checkpoint-2")
+    assert f"continuing from {found} (step 2)" in capsys.readouterr().out
+
+
+def test_resume_without_a_checkpoint_over_an_earlier_result_is_refused(script, tmp_path):
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"no checkpoint-N .* --overwrite"):
+        script.checkpoint_to_resume(tmp_path / "run", resume=True)
+
+
+@pytest.mark.parametrize("change", ["dtype=fp8", "max_steps='ten'", "device=gpu"])
+def test_a_bad_profile_value_is_a_clear_exit_before_any_work(script, tmp_path, change):
+    before = earlier_run(tmp_path / "run")
+    field = change.split("=")[0]
+    with pytest.raises(SystemExit, match=f"error: --set: .*{field}="):
+        script.main(["--profile", "ci", "--set", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+# --- An interrupt keeps what was done ------------------------------------------------------------------
+
+
+def test_the_first_ctrl_c_asks_for_a_checkpoint_and_a_stop_the_second_stops_at_once():
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    previous = signal.getsignal(signal.SIGINT)
+    with StopOnInterrupt() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert stop.requested
+        stop.on_step_end(None, None, control)
+        assert control.should_save and control.should_training_stop
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_a_failure_mid_run_keeps_a_checkpoint_and_the_log_history(script, tmp_path, capsys):
+    saved = []
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(global_step=3, max_steps=10, log_history=[{"step": 1, "reward": 0.5, "loss": 0.1}]),
+        model=object(),
+        _save_checkpoint=lambda model, trial: saved.append((tmp_path / "checkpoint-3").mkdir()),
+    )
+    script.keep_what_was_done(trainer, tmp_path, is_main=True)
+    assert len(saved) == 1 and (tmp_path / "log_history.csv").is_file()
+    out = capsys.readouterr().out
+    assert "stopped at step 3 of 10" in out and "checkpoint-3" in out and "--resume" in out
+    script.keep_what_was_done(trainer, tmp_path, is_main=True)
+    assert len(saved) == 1  # a step already checkpointed is not saved twice
+
+
+def wait_for(process: subprocess.Popen, text: str, timeout: float) -> str:
+    """The process's output up to the first line holding ``text`` (fails after ``timeout`` seconds)."""
+    seen, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"no {text!r} within {timeout:.0f} s:\n{''.join(seen)[-3000:]}")
+
+
+@pytest.mark.long
+def test_a_real_ctrl_c_keeps_a_checkpoint_and_resume_continues_from_it(gsm8k_env):
+    """A real ``ci`` run of the script gets SIGINT after its first step, keeps it, and ``--resume`` finishes it."""
+    run_dir = gsm8k_env / "run"
+    command = [sys.executable, "-u", str(SCRIPT), "--profile", "ci", "--output-dir", str(run_dir)]
+    command += ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "warm_start_examples=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "TQDM_DISABLE": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for(process, "'loss'", timeout=600)  # the first step's log: step 2 is running
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 130, out[-3000:]
+    assert "stopped at step 2 of 3" in out and "--resume" in out
+    assert (run_dir / "checkpoint-2").is_dir() and (run_dir / "log_history.csv").is_file()
+    assert not (run_dir / "final").exists()
+
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert f"--resume: continuing from {run_dir / 'checkpoint-2'} (step 2)" in done.stdout
+    assert "trained 3 steps" in done.stdout
+    logged = [row for row in load_log_history(run_dir / "log_history.csv") if "reward" in row]
+    assert [int(row["step"]) for row in logged] == [1, 2, 3]
+
+
+# --- Saved artefacts carry their settings --------------------------------------------------------------
+
+
+def fake_sft_trainer(trained: list):
+    """An ``SFTTrainer`` stand-in that records that it trained and returns its model unchanged."""
+
+    class Trainer:
+        def __init__(self, model, args, train_dataset, processing_class, peft_config):
+            self.model, self.train_dataset = model, train_dataset
+            self.state = SimpleNamespace(log_history=[{"loss": 1.0}], global_step=1)
+
+        def train(self):
+            trained.append(len(self.train_dataset))
+
+    return Trainer
+
+
+@pytest.fixture
+def tiny_warm_start(monkeypatch, tmp_path):
+    """A warm start with a tiny model and an SFT stand-in: ``run(profile)`` returns how many trainings ran."""
+    import trl
+    from datasets import Dataset
+
+    from course_utils.lesson.models import build_tiny_random_model
+
+    trained: list[int] = []
+    monkeypatch.setattr(trl, "SFTTrainer", fake_sft_trainer(trained))
+    monkeypatch.setattr(warm.cpu_speed, "enabled", lambda *args, **kwargs: nullcontext())
+    monkeypatch.setattr(warm, "make_sft_config", lambda profile: None)
+    monkeypatch.setattr(warm, "warm_start_lora_config", lambda profile, model: None)
+    folder = tmp_path / "warm_start" / "model"
+
+    def run(profile, examples=1):
+        rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "completion": []} for i in range(examples)]
+        warm.warm_start(build_tiny_random_model(hidden_size=16), None, profile, Dataset.from_list(rows), folder)
+        return len(trained)
+
+    return run
+
+
+def test_a_warm_start_is_reused_only_under_the_same_settings(tiny_warm_start, capsys):
+    ci = get_profile("ci")
+    assert tiny_warm_start(ci) == 1
+    assert tiny_warm_start(ci) == 1
+    assert "reusing the warm start from" in capsys.readouterr().out
+    changed = ci.override(warm_start_examples=4, warm_start_learning_rate=0.5)
+    assert tiny_warm_start(changed, examples=4) == 2
+    out = capsys.readouterr().out
+    assert "other settings" in out and "warm_start_examples 1 -> 4" in out and "rebuilding" in out
+    assert tiny_warm_start(changed, examples=4) == 2  # the rebuilt one now carries the new settings
+
+
+# --- No silent fallback ---------------------------------------------------------------------------------
+
+
+def test_a_gsm8k_dir_that_does_not_exist_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv("GSM8K_DIR", "/nonexistent")
+    with pytest.raises(FileNotFoundError, match=r"/nonexistent \(from GSM8K_DIR"):
+        load_gsm8k("train", verbose=False)
+
+
+def test_a_gsm8k_dir_without_test_jsonl_is_an_error_not_the_sample(monkeypatch, tmp_path, gsm8k_dir):
+    (tmp_path / "train.jsonl").write_text((gsm8k_dir / "train.jsonl").read_text().splitlines()[0] + "\n")
+    monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"No test.jsonl .*found: \['train.jsonl'\]"):
+        load_gsm8k("test", verbose=False)
+
+
+def test_a_wrong_gsm8k_dir_stops_the_script_before_it_deletes_the_earlier_run(script, monkeypatch, tmp_path):
+    before = earlier_run(tmp_path / "run")
+    monkeypatch.setenv("GSM8K_DIR", "/nonexistent")
+    with pytest.raises(SystemExit, match=r"error: No train.jsonl in /nonexistent \(from GSM8K_DIR"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_the_sample_is_used_only_when_nothing_was_asked_and_says_so(monkeypatch):
+    monkeypatch.delenv("GSM8K_DIR", raising=False)
+    with pytest.warns(UserWarning, match="no GSM8K_DIR set .* bundled gsm8k_sample.jsonl"):
+        rows = load_gsm8k("test", verbose=False)
+    assert "sample" in rows.info.description
+
+
+# --- Clear errors ------------------------------------------------------------------------------------------
+
+
+def test_a_utf16_data_file_is_named_with_its_encoding(monkeypatch, tmp_path):
+    row = {"question": "1+1?", "answer": "#### 2"}
+    (tmp_path / "train.jsonl").write_bytes((json.dumps(row) + "\n").encode("utf-16"))
+    monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match=r"train.jsonl is not UTF-8 text: it is UTF-16.*Re-save it as UTF-8"):
+        load_gsm8k("train", verbose=False)
+
+
+def test_rows_with_other_keys_name_the_file_line_and_keys(monkeypatch, tmp_path):
+    good = {"question": "1+1?", "answer": "#### 2"}
+    bad = {"problem": "2+2?", "solution": "#### 4"}
+    (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match=r"train.jsonl:2 has keys \['problem', 'solution'\].*rename the keys"):
+        load_gsm8k("train", verbose=False)
+
+
+@pytest.fixture
+def cache_folder(monkeypatch, tmp_path):
+    """A private offline-model cache folder; the conversion is replaced by a sentinel error that says it started."""
+    folder = tmp_path / "cache" / models.MATERIALIZED_NAME
+    monkeypatch.setattr(models, "materialized_model_dir", lambda: folder)
+
+    def conversion_started():
+        raise RuntimeError("conversion started")
+
+    monkeypatch.setattr(models, "gguf_path", conversion_started)
+    return folder
+
+
+@pytest.mark.parametrize("missing", ["config.json", "tokenizer.json"])
+def test_a_cache_missing_a_file_is_rebuilt_not_loaded(cache_folder, missing, capsys):
+    import torch
+    from safetensors.torch import save_file
+
+    cache_folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(cache_folder / "model.safetensors"))
+    for name in models.MATERIALIZED_FILES:
+        if name not in (missing, "model.safetensors"):
+            (cache_folder / name).write_text("{}")
+    assert models.cached_model_problem(cache_folder) == f"it is incomplete (missing {missing})"
+    with pytest.raises(RuntimeError, match="conversion started"):
+        models.materialize_offline_model()
+    assert f"missing {missing}" in capsys.readouterr().out
+
+
+def test_an_unwritable_cache_says_to_set_course_cache_dir_before_any_work(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(models, "materialized_model_dir", lambda: blocker / "cache" / models.MATERIALIZED_NAME)
+    monkeypatch.setattr(models, "gguf_path", lambda: pytest.fail("the conversion started"))
+    with pytest.raises(models.ModelUnavailableError, match=r"not writable.*Set COURSE_CACHE_DIR to a writable folder"):
+        models.materialize_offline_model()
+
+
+def test_the_prepared_cache_is_readable_by_every_user(tmp_path):
+    (tmp_path / "sub").mkdir(mode=0o700)
+    weights = tmp_path / "sub" / "model.safetensors"
+    weights.write_text("x")
+    weights.chmod(0o600)
+    models.share_with_all_users(tmp_path)
+    assert weights.stat().st_mode & 0o777 == 0o644 and (tmp_path / "sub").stat().st_mode & 0o777 == 0o755
+
+
+def test_the_real_offline_cache_ends_up_readable_by_every_user():
+    folder = models.materialize_offline_model()
+    for path in folder.iterdir():
+        assert path.stat().st_mode & 0o044 == 0o044, path
+
+
+def test_get_profile_of_a_non_name_is_a_clear_type_error():
+    with pytest.raises(TypeError, match=r"a name \(ci, .*got int 5"):
+        get_profile(5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dtype": "fp8"}, r"dtype='fp8' is not one of \['float32', 'float16', 'bfloat16'\]"),
+        ({"num_generations": "8"}, r"num_generations='8' is a str, but num_generations takes int"),
+        ({"use_lora": 1}, r"use_lora=1 is a int, but use_lora takes bool"),
+        ({"lora_target_modules": ("q_proj", 3)}, r"takes tuple\[str, \.\.\.\]"),
+    ],
+)
+def test_profile_override_checks_types_and_choices(change, message):
+    with pytest.raises(ValueError, match=message):
+        get_profile("ci").override(**change)
+
+
+def test_profile_override_accepts_what_the_fields_allow():
+    changed = get_profile("ci").override(learning_rate=1, lora_top_layers=None, reward_weights=(1, 1, 1, 1, 1))
+    assert changed.learning_rate == 1 and changed.lora_top_layers is None
+
+
+def test_config_values_of_the_wrong_type_are_named():
+    with pytest.raises(FieldValueError, match=r"config: num_generations='8' is a str, but num_generations takes int"):
+        check_value_types({"num_generations": "8", "beta": 0}, {"num_generations": int, "beta": float})
+
+
+def test_preflight_names_a_quoted_number_in_a_dict_config():
+    with pytest.raises(FieldValueError, match=r"preflight.check config: num_generations='8' is a str"):
+        preflight.check({"num_generations": "8", "per_device_train_batch_size": 8})
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ((-1.0, 1, 1, 1, 1), "must be >= 0"),
+        ((0, 0, 0, 0, 0), "all zero"),
+        ((1e300, 1, 1, 1, 1), "at most 100"),
+        ((float("inf"), 1, 1, 1, 1), "finite"),
+    ],
+)
+def test_weights_that_cannot_train_are_refused(weights, message):
+    with pytest.raises(ValueError, match=message):
+        grpo_reward_weights(weights)
+
+
+def test_the_reward_lab_may_still_explore_zero_weights():
+    assert resolve_weights((0, 0, 0, 0, 0)) == (0, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("content", ["[1.0, 2.0]", '{"correctness_reward_func": -2}', "{not json"])
+def test_a_bad_weights_file_is_named_with_the_fix(tmp_path, content):
+    path = tmp_path / "reward_weights.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"{path}: unusable reward weights .*save_weights"):
+        load_weights(path)
+
+
+def test_a_truncated_validation_curve_is_named_with_the_fix(tmp_path):
+    path = save_curve([{"step": 0, "accuracy": 0.5}, {"step": 2, "accuracy": 0.5}], tmp_path)
+    path.write_text(path.read_text()[:20])
+    with pytest.raises(ValueError, match=rf"{path} is damaged .*delete it"):
+        load_curve(tmp_path)
+
+
+@pytest.mark.parametrize(("name", "content"), [("trainer_state.json", '{"log_hist'), ("log_history.csv", "")])
+def test_a_damaged_log_history_is_named(tmp_path, name, content):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ValueError, match=rf"{tmp_path / name} is damaged or not a log history"):
+        load_log_history(tmp_path / name)
+
+
+# --- A stand-in model is labelled as such -------------------------------------------------------------------
+
+
+def test_a_stand_in_is_labelled_in_every_table_and_figure_of_notebook_05():
+    assert trained_label("after GRPO", True) == "after GRPO (stand-in short run)"
+    assert trained_label("after GRPO", False) == "after GRPO"
+    notebook = json.loads((REPO / "notebooks" / "05_evaluate.ipynb").read_text(encoding="utf-8"))
+    code = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    for label in ('"after GRPO"', '"trained"'):
+        uses = code.count(label)
+        assert uses == code.count(f"trained_label({label}"), f"{label} used without trained_label"
+    assert "is_short_run))" in code  # the validation figure's title too
