@@ -1,10 +1,34 @@
-"""Helpers for the GRPO course: one module per topic, imported by the notebooks.
+"""Helpers for the GRPO course, in groups that show the design; each group imports only the groups before it.
 
-Modules: ``profiles`` (hardware profiles), ``models`` (the model, online or offline), ``data`` (GSM8K to
-chat prompts), ``rewards`` (the reward functions), ``grpo`` (advantages and loss by hand, and as the
-installed TRL computes them), ``training`` (``GRPOTrainer`` from a profile), ``evaluation``, ``preflight``
-and ``memory``, ``plotting``, ``widgets``, ``environment`` (the set-up report) and ``exercises`` (the
-checking functions, including the comparison of a learner's function with the reference).
+``core``: the facts every other group reads; imports nothing of ours.
+    ``profiles`` (hardware profiles, picked by ``COURSE_PROFILE``), ``paths`` (where files are read and written),
+    ``hardware`` (the CPU's precision path, the GPU's abilities, the ``Hardware`` a run uses), ``answer_format``
+    (the ``<reasoning>``/``<answer>`` layout), ``findings`` (the ``Finding`` that preflight and monitoring report),
+    ``field_checks`` (config values checked against their declared types and choices).
+``lesson``: what a learner builds, notebooks 01 to 03; imports core.
+    ``data`` (GSM8K to chat prompts), ``models`` (loading the model), ``rewards`` (a package: ``corrected``,
+    ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
+    TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
+    report).
+``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
+    ``run`` (config, LoRA, training prompts, trainer, saving), ``warm_start`` (the supervised start before GRPO),
+    ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
+    ``memory`` (the memory estimate), ``lab`` (the whole lab in one call).
+``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
+    ``heldout`` (generation on held-out problems, pass@k, intervals, the checkpoint curve), ``variants`` (GRPO's
+    modern variants side by side, a reward hack caught).
+``exercises``: the checks a notebook calls; imports every group above.
+    ``comparison`` (verdicts, and a learner's function compared with the reference), one module a notebook
+    (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``, ``nb04_train_grpo``,
+    ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``), ``lesson_checks``
+    (the constructs notebooks 04 and 05 write out, compared with the package's).
+``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and is imported
+    only by training, evaluation and exercises.
+    ``packed_linear`` (linear layers packed for decoding), ``group_generation`` (a GRPO group sampled in fewer
+    passes), ``completion_scoring`` (completion tokens scored only), ``logit_tiles`` (the output head's logits kept
+    for the backward), ``cpu_allocator`` (freed blocks kept in the process), ``versions`` (the library versions it
+    was tested with), ``probe`` (does the rewritten decoder layer compute what the model's computes).
+``runner``: runs every notebook headless (``python -m course_utils.runner``); imports core only.
 """
 
 __version__ = "0.1.0"

@@ -361,7 +361,11 @@ def test_figures_draw_from_the_comparison_table() -> None:
 
 
 def test_exercise_checks(capsys) -> None:
-    from course_utils.exercises.checks import check_05_checker_matters, check_05_problems_needed, check_05_wilson_lower
+    from course_utils.exercises.nb05_evaluate import (
+        check_05_checker_matters,
+        check_05_problems_needed,
+        check_05_wilson_lower,
+    )
 
     assert check_05_wilson_lower(None) is False and "not answered" in capsys.readouterr().out
     assert check_05_wilson_lower(0.22) and not check_05_wilson_lower(0.5)

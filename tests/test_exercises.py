@@ -10,7 +10,16 @@ import torch
 
 from course_utils.core.answer_format import TAGS
 from course_utils.core.profiles import get_profile
-from course_utils.exercises import checks as exercises
+from course_utils.exercises import comparison
+from course_utils.exercises import nb00_setup as nb00
+from course_utils.exercises import nb01_grpo_concepts as nb01
+from course_utils.exercises import nb02_gsm8k_data as nb02
+from course_utils.exercises import nb03_reward_functions as nb03
+from course_utils.exercises import nb04_train_grpo as nb04
+from course_utils.exercises import nb05_evaluate as nb05
+from course_utils.exercises import nb06_troubleshooting as nb06
+from course_utils.exercises import nb07_grpo_variants as nb07
+from course_utils.exercises import nb99_cpu_speed as nb99
 from course_utils.lesson.data import SYSTEM_PROMPT
 from course_utils.lesson.rewards import answers_match, classic, completion_texts, extract_xml_answer, plain_number
 
@@ -23,8 +32,9 @@ def _takes_only_the_answer(function) -> bool:
 # checks that also need context (a dataset, statistics) are tested beside their module
 CHECKS = [
     f
-    for name, f in inspect.getmembers(exercises, inspect.isfunction)
-    if name.startswith("check_") and _takes_only_the_answer(f)
+    for module in (nb00, nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb99)
+    for name, f in inspect.getmembers(module, inspect.isfunction)
+    if name.startswith("check_") and f.__module__ == module.__name__ and _takes_only_the_answer(f)
 ]
 
 
@@ -41,12 +51,12 @@ def test_wrong_answers_fail_without_raising(check, wrong):
 
 
 def test_setup_exercises_accept_the_right_answers():
-    assert exercises.check_00_profile_variable("COURSE_PROFILE")
-    assert exercises.check_00_completions_per_step(get_profile("colab-t4").effective_batch_size)
+    assert nb00.check_00_profile_variable("COURSE_PROFILE")
+    assert nb00.check_00_completions_per_step(get_profile("colab-t4").effective_batch_size)
 
 
 def test_close_to_handles_non_numbers():
-    assert exercises.close_to("3.0", 3) and not exercises.close_to("three", 3) and not exercises.close_to(None, 3)
+    assert comparison.close_to("3.0", 3) and not comparison.close_to("three", 3) and not comparison.close_to(None, 3)
 
 
 def test_precision_rule_accepts_a_right_rule_and_names_a_wrong_ones_cases(capsys):
@@ -60,29 +70,29 @@ def test_precision_rule_accepts_a_right_rule_and_names_a_wrong_ones_cases(capsys
     def crashes(capability, flags):
         raise KeyError(capability)
 
-    assert exercises.check_99_precision_rule(right)
-    assert not exercises.check_99_precision_rule(flags_only)
+    assert nb99.check_99_precision_rule(right)
+    assert not nb99.check_99_precision_rule(flags_only)
     assert "AVX2 with ['avx2', 'avx512_bf16', 'avx512f']: yours 'bf16'" in capsys.readouterr().out
-    assert not exercises.check_99_precision_rule(lambda capability, flags: "fp32")
-    assert not exercises.check_99_precision_rule(crashes)
-    assert not exercises.check_99_precision_rule(lambda capability, flags: ...)
+    assert not nb99.check_99_precision_rule(lambda capability, flags: "fp32")
+    assert not nb99.check_99_precision_rule(crashes)
+    assert not nb99.check_99_precision_rule(lambda capability, flags: ...)
     assert "not answered" in capsys.readouterr().out
 
 
 def test_value_checks_of_01_03_06_accept_the_right_answers():
-    assert exercises.check_01_first_advantage(1.5) and not exercises.check_01_first_advantage(0.75)
-    assert exercises.check_01_zero_std_fraction(0.5) and not exercises.check_01_zero_std_fraction(0.25)
-    assert exercises.check_03_classic_comma(0.0) and not exercises.check_03_classic_comma(2.0)
-    assert exercises.check_03_dotall_flag("re.DOTALL") and exercises.check_03_dotall_flag("S")
-    assert not exercises.check_03_dotall_flag("MULTILINE")
-    assert exercises.check_06_batch_size(2) and not exercises.check_06_batch_size(1)
+    assert nb01.check_01_first_advantage(1.5) and not nb01.check_01_first_advantage(0.75)
+    assert nb01.check_01_zero_std_fraction(0.5) and not nb01.check_01_zero_std_fraction(0.25)
+    assert nb03.check_03_classic_comma(0.0) and not nb03.check_03_classic_comma(2.0)
+    assert nb03.check_03_dotall_flag("re.DOTALL") and nb03.check_03_dotall_flag("S")
+    assert not nb03.check_03_dotall_flag("MULTILINE")
+    assert nb06.check_06_batch_size(2) and not nb06.check_06_batch_size(1)
 
 
 def test_biggest_memory_saving_names_one_fix():
     from course_utils.training.memory import OOM_FIXES
 
     accepted = [
-        label for label in OOM_FIXES if not label.startswith("all") and exercises.check_06_biggest_saving(label)
+        label for label in OOM_FIXES if not label.startswith("all") and nb06.check_06_biggest_saving(label)
     ]
     assert len(accepted) == 1
 
@@ -97,19 +107,19 @@ def _parse_int(text):
 
 
 INT_CASES = [
-    exercises.Case("plain", ("12",)),
-    exercises.Case("negative", ("-3",)),
-    exercises.Case("a word", ("seven",)),
-    exercises.Case("not a string", (None,)),
+    comparison.Case("plain", ("12",)),
+    comparison.Case("negative", ("-3",)),
+    comparison.Case("a word", ("seven",)),
+    comparison.Case("not a string", (None,)),
 ]
 
 
 def test_agreeing_functions_have_no_differences():
-    assert exercises.compare_with_reference(lambda t: _parse_int(t), _parse_int, INT_CASES) == []
+    assert comparison.compare_with_reference(lambda t: _parse_int(t), _parse_int, INT_CASES) == []
 
 
 def test_a_wrong_value_is_reported_with_both_outcomes():
-    differences = exercises.compare_with_reference(lambda t: abs(_parse_int(t)), _parse_int, INT_CASES)
+    differences = comparison.compare_with_reference(lambda t: abs(_parse_int(t)), _parse_int, INT_CASES)
     assert [str(d) for d in differences] == ["negative: the reference returns -3, yours returns 3"]
 
 
@@ -119,7 +129,7 @@ def test_raising_where_the_reference_returns_and_the_reverse_are_differences():
             raise KeyError("oops")
         return 0
 
-    labels = {d.label: d for d in exercises.compare_with_reference(learner, _parse_int, INT_CASES)}
+    labels = {d.label: d for d in comparison.compare_with_reference(learner, _parse_int, INT_CASES)}
     assert set(labels) == {"plain", "negative", "a word", "not a string"}
     assert labels["plain"].yours == "raises KeyError: 'oops'"
     assert labels["a word"].reference.startswith("raises ValueError") and labels["a word"].yours == "returns 0"
@@ -131,7 +141,7 @@ def test_refusing_with_another_kind_of_error_is_a_difference():
             raise ValueError("no text")
         return int(text)
 
-    differences = exercises.compare_with_reference(learner, _parse_int, INT_CASES)
+    differences = comparison.compare_with_reference(learner, _parse_int, INT_CASES)
     assert [d.label for d in differences] == ["not a string"]
 
 
@@ -144,20 +154,20 @@ def test_a_subclass_of_a_builtin_error_is_matched_by_the_builtin():
     def learner(text):
         raise ValueError("also bad")
 
-    assert exercises.compare_with_reference(learner, reference, INT_CASES[:1]) == []
+    assert comparison.compare_with_reference(learner, reference, INT_CASES[:1]) == []
 
 
 def test_reference_args_give_the_reference_its_own_form_of_the_case():
-    case = exercises.Case("sum", ((1, 2, 3),), reference_args=(1, 2, 3))
-    assert exercises.compare_with_reference(sum, lambda *numbers: sum(numbers), [case]) == []
-    assert exercises.compare_with_reference(len, lambda *numbers: sum(numbers), [case]) != []
+    case = comparison.Case("sum", ((1, 2, 3),), reference_args=(1, 2, 3))
+    assert comparison.compare_with_reference(sum, lambda *numbers: sum(numbers), [case]) == []
+    assert comparison.compare_with_reference(len, lambda *numbers: sum(numbers), [case]) != []
 
 
 def test_differences_inside_containers_name_the_place():
-    (difference,) = exercises.compare_with_reference(
+    (difference,) = comparison.compare_with_reference(
         lambda: {"prompt": [{"role": "user"}], "answer": "1,080"},
         lambda: {"prompt": [{"role": "user"}], "answer": "1080"},
-        [exercises.Case("row 3", ())],
+        [comparison.Case("row 3", ())],
     )
     assert difference.label == "row 3, at ['answer']"
     assert (difference.reference, difference.yours) == ("returns '1080'", "returns '1,080'")
@@ -178,18 +188,18 @@ def test_differences_inside_containers_name_the_place():
     ],
 )
 def test_same_values(expected, got, same):
-    assert exercises.same_values(expected, got) is same
+    assert comparison.same_values(expected, got) is same
 
 
 def test_check_against_reference_prints_the_verdict(capsys):
-    assert exercises.check_against_reference("x", _parse_int, _parse_int, INT_CASES, hint="h")
+    assert comparison.check_against_reference("x", _parse_int, _parse_int, INT_CASES, hint="h")
     assert "same result as the reference on all 4 cases" in capsys.readouterr().out
-    assert not exercises.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
+    assert not comparison.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
     out = capsys.readouterr().out
     assert "differs from the reference on 4 of 4 cases" in out and "... and 3 more" in out and "use int()" in out
-    assert not exercises.check_against_reference("x", None, _parse_int, INT_CASES, hint="h")
+    assert not comparison.check_against_reference("x", None, _parse_int, INT_CASES, hint="h")
     assert "not answered" in capsys.readouterr().out
-    assert not exercises.check_against_reference("x", "int", _parse_int, INT_CASES, hint="h")
+    assert not comparison.check_against_reference("x", "int", _parse_int, INT_CASES, hint="h")
 
 
 # --- 01: the learner's advantages and losses against the installed TRL ----------------------------------
@@ -221,17 +231,17 @@ def sequence_mean_loss(logps, old_logps, advantages, mask):
 
 
 def test_check_01_advantages():
-    assert exercises.check_01_advantages(learner_advantages)
-    assert not exercises.check_01_advantages(population_std_advantages)
-    assert not exercises.check_01_advantages(lambda rewards, n: torch.tensor(rewards))
+    assert nb01.check_01_advantages(learner_advantages)
+    assert not nb01.check_01_advantages(population_std_advantages)
+    assert not nb01.check_01_advantages(lambda rewards, n: torch.tensor(rewards))
 
 
 def test_check_01_losses():
-    assert exercises.check_01_policy_loss(token_mean_loss)
-    assert not exercises.check_01_policy_loss(sequence_mean_loss)
-    assert not exercises.check_01_policy_loss(lambda logps, old, adv, mask: (logps - old).mean())
-    assert exercises.check_01_sequence_mean_loss(sequence_mean_loss)
-    assert not exercises.check_01_sequence_mean_loss(token_mean_loss)
+    assert nb01.check_01_policy_loss(token_mean_loss)
+    assert not nb01.check_01_policy_loss(sequence_mean_loss)
+    assert not nb01.check_01_policy_loss(lambda logps, old, adv, mask: (logps - old).mean())
+    assert nb01.check_01_sequence_mean_loss(sequence_mean_loss)
+    assert not nb01.check_01_sequence_mean_loss(token_mean_loss)
 
 
 # --- 02: the learner's parser, prompt and mapping against course_utils.lesson.data ---------------------------
@@ -266,42 +276,42 @@ def gsm8k_train(gsm8k_dir):
 
 
 def test_case_banks_hold_real_rows_and_edge_cases(gsm8k_train):
-    cases = exercises.answer_cases(gsm8k_train)
+    cases = nb02.answer_cases(gsm8k_train)
     real = [c for c in cases if c.label.startswith("row ")]
-    assert len(real) >= 20 and len(cases) == len(real) + len(exercises.ANSWER_EDGE_CASES)
+    assert len(real) >= 20 and len(cases) == len(real) + len(nb02.ANSWER_EDGE_CASES)
     assert any("," in c.args[0].rsplit("####", 1)[-1] for c in real)  # rows one-liners get wrong are included
 
 
 def test_check_02_extract_hash_answer(gsm8k_train, capsys):
-    assert exercises.check_02_extract_hash_answer(learner_extract, gsm8k_train)
-    assert not exercises.check_02_extract_hash_answer(lambda text: text.split("####")[1].strip(), gsm8k_train)
+    assert nb02.check_02_extract_hash_answer(learner_extract, gsm8k_train)
+    assert not nb02.check_02_extract_hash_answer(lambda text: text.split("####")[1].strip(), gsm8k_train)
     assert "the reference returns '1080', yours returns '1,080'" in capsys.readouterr().out
     lenient = lambda text: learner_extract(text) if "####" in str(text) else ""  # noqa: E731
-    assert not exercises.check_02_extract_hash_answer(lenient, gsm8k_train)
+    assert not nb02.check_02_extract_hash_answer(lenient, gsm8k_train)
 
 
 def test_check_02_build_prompt(gsm8k_train):
-    assert exercises.check_02_build_prompt(learner_prompt, gsm8k_train)
-    assert not exercises.check_02_build_prompt(lambda q, s=SYSTEM_PROMPT: learner_prompt(q, s)[::-1], gsm8k_train)
+    assert nb02.check_02_build_prompt(learner_prompt, gsm8k_train)
+    assert not nb02.check_02_build_prompt(lambda q, s=SYSTEM_PROMPT: learner_prompt(q, s)[::-1], gsm8k_train)
     unstripped = lambda q, s=SYSTEM_PROMPT: [{"role": "system", "content": s}, {"role": "user", "content": q}]  # noqa: E731
-    assert not exercises.check_02_build_prompt(unstripped, gsm8k_train)
+    assert not nb02.check_02_build_prompt(unstripped, gsm8k_train)
 
 
 def test_check_02_mapping(gsm8k_train):
     mapped = gsm8k_train.map(learner_row)
-    assert exercises.check_02_mapping(learner_row, mapped, gsm8k_train)
-    assert not exercises.check_02_mapping(learner_row, mapped.select(range(10)), gsm8k_train)
-    assert not exercises.check_02_mapping(learner_row, None, gsm8k_train)
+    assert nb02.check_02_mapping(learner_row, mapped, gsm8k_train)
+    assert not nb02.check_02_mapping(learner_row, mapped.select(range(10)), gsm8k_train)
+    assert not nb02.check_02_mapping(learner_row, None, gsm8k_train)
     no_prompt = lambda row: {"answer": learner_extract(row["answer"])}  # noqa: E731
-    assert not exercises.check_02_mapping(no_prompt, mapped, gsm8k_train)
+    assert not nb02.check_02_mapping(no_prompt, mapped, gsm8k_train)
 
 
 def test_check_02_split_solution(gsm8k_train):
     def split_solution(text):
         return text.split("####")[0].strip(), learner_extract(text)
 
-    assert exercises.check_02_split_solution(split_solution, gsm8k_train)
-    assert not exercises.check_02_split_solution(lambda text: tuple(text.split("####")), gsm8k_train)
+    assert nb02.check_02_split_solution(split_solution, gsm8k_train)
+    assert not nb02.check_02_split_solution(lambda text: tuple(text.split("####")), gsm8k_train)
 
 
 # --- 04 and 05 -------------------------------------------------------------------------------------------
@@ -314,21 +324,21 @@ MONITORING_HISTORY = [
 
 
 def test_value_checks_of_04_and_05_accept_the_right_answers_only():
-    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
-    assert exercises.check_04_group_size_field("num_generations")
-    assert not exercises.check_04_group_size_field("beta") and not exercises.check_04_group_size_field("G")
-    assert exercises.check_04_monitoring_rule("clipped_high", MONITORING_HISTORY)
-    assert not exercises.check_04_monitoring_rule("kl_rising", MONITORING_HISTORY)
-    assert exercises.check_05_wilson_lower(0.22) and not exercises.check_05_wilson_lower(0.5)
-    assert exercises.check_05_problems_needed(380) and not exercises.check_05_problems_needed(100)
-    assert exercises.check_05_checker_matters(["1,000", "$1000", "1000.0"])
-    assert not exercises.check_05_checker_matters(["1000", "1,000"])
+    assert nb04.check_04_prompts_per_step(16) and not nb04.check_04_prompts_per_step(128)
+    assert nb04.check_04_group_size_field("num_generations")
+    assert not nb04.check_04_group_size_field("beta") and not nb04.check_04_group_size_field("G")
+    assert nb04.check_04_monitoring_rule("clipped_high", MONITORING_HISTORY)
+    assert not nb04.check_04_monitoring_rule("kl_rising", MONITORING_HISTORY)
+    assert nb05.check_05_wilson_lower(0.22) and not nb05.check_05_wilson_lower(0.5)
+    assert nb05.check_05_problems_needed(380) and not nb05.check_05_problems_needed(100)
+    assert nb05.check_05_checker_matters(["1,000", "$1000", "1000.0"])
+    assert not nb05.check_05_checker_matters(["1000", "1,000"])
 
 
 def test_the_kl_field_is_no_longer_an_answer_of_04():
     """06.2's answer is beta; no two exercises of the course share an answer."""
-    assert not hasattr(exercises, "check_04_kl_field")
-    assert not exercises.check_04_group_size_field("beta")
+    assert not hasattr(nb04, "check_04_kl_field")
+    assert not nb04.check_04_group_size_field("beta")
 
 
 def learner_generation_batch(batch, accumulation, num_generations):
@@ -341,17 +351,17 @@ def learner_generation_batch(batch, accumulation, num_generations):
 
 
 def test_check_04_generation_batch(capsys):
-    assert exercises.check_04_generation_batch(learner_generation_batch)
-    assert not exercises.check_04_generation_batch(lambda b, a, g: b * a)  # never refuses
+    assert nb04.check_04_generation_batch(learner_generation_batch)
+    assert not nb04.check_04_generation_batch(lambda b, a, g: b * a)  # never refuses
     assert "6 x 1, groups of 4: not whole groups: the reference raises" in capsys.readouterr().out
-    assert not exercises.check_04_generation_batch(lambda b, a, g: b * a // g)  # prompts, not completions
+    assert not nb04.check_04_generation_batch(lambda b, a, g: b * a // g)  # prompts, not completions
 
     def refuses_with_assert(b, a, g):
         assert (b * a) % g == 0 and g > 1 and b > 0 and a > 0
         return b * a
 
-    assert not exercises.check_04_generation_batch(refuses_with_assert)  # AssertionError is not a ValueError
-    assert not exercises.check_04_generation_batch("b * a")
+    assert not nb04.check_04_generation_batch(refuses_with_assert)  # AssertionError is not a ValueError
+    assert not nb04.check_04_generation_batch("b * a")
 
 
 def learner_last_number(text):
@@ -360,13 +370,13 @@ def learner_last_number(text):
 
 
 def test_check_05_last_number(capsys):
-    assert exercises.check_05_last_number(learner_last_number)
+    assert nb05.check_05_last_number(learner_last_number)
     first = lambda text: (re.findall(r"-?\d+", text) or [""])[0]  # noqa: E731
-    assert not exercises.check_05_last_number(first)
+    assert not nb05.check_05_last_number(first)
     assert "several numbers, last wins" in capsys.readouterr().out
     keeps_commas = lambda text: (re.findall(r"-?\d[\d,]*(?:\.\d+)?", text) or [""])[-1]  # noqa: E731
-    assert not exercises.check_05_last_number(keeps_commas)
-    assert not exercises.check_05_last_number(lambda text: None)
+    assert not nb05.check_05_last_number(keeps_commas)
+    assert not nb05.check_05_last_number(lambda text: None)
 
 
 # --- 03: the learner's five rewards and a reward of their own, against course_utils.lesson.rewards ---------------
@@ -462,7 +472,7 @@ RIGHT_AND_WRONG_REWARDS = {
 
 @pytest.mark.parametrize("name", sorted(RIGHT_AND_WRONG_REWARDS))
 def test_check_03_rewards_accept_the_corrected_and_refuse_the_classic(name, gsm8k_train, capsys):
-    check = getattr(exercises, name)
+    check = getattr(nb03, name)
     right, wrongs = RIGHT_AND_WRONG_REWARDS[name]
     assert check(right, gsm8k_train)
     for wrong in wrongs:
@@ -472,16 +482,16 @@ def test_check_03_rewards_accept_the_corrected_and_refuse_the_classic(name, gsm8
 
 
 def test_reward_cases_are_real_rows_samples_and_edge_cases(gsm8k_train):
-    labels = [case.label for case in exercises.reward_cases(gsm8k_train)]
+    labels = [case.label for case in nb03.reward_cases(gsm8k_train)]
     assert sum(label.startswith("row ") for label in labels) >= 40
     assert any(label.startswith("sample 'perfect'") for label in labels)
     assert any(label.startswith("no completion at all") for label in labels)
-    (kwargs,) = exercises.reward_cases(gsm8k_train)[0].args
+    (kwargs,) = nb03.reward_cases(gsm8k_train)[0].args
     assert {"prompts", "completions", "completion_ids", "answer", "trainer_state"} <= set(kwargs)
 
 
 def test_classic_bug_is_named_with_the_case(gsm8k_train, capsys):
-    exercises.check_03_correctness(classic.correctness_reward_func, gsm8k_train)
+    nb03.check_03_correctness(classic.correctness_reward_func, gsm8k_train)
     out = capsys.readouterr().out
     assert "answer written '$72' (gold '72'), at [0]: the reference returns 2.0, yours returns 0.0" in out
 
@@ -495,7 +505,7 @@ def repetition_penalty(completions, **kwargs):
 
 
 def test_check_03_own_reward(gsm8k_train, capsys):
-    assert exercises.check_03_own_reward(repetition_penalty, gsm8k_train)
+    assert nb03.check_03_own_reward(repetition_penalty, gsm8k_train)
     assert "TRL called it" in capsys.readouterr().out
 
     def unstripped(completions, **kwargs):  # "x" and "  x" count as different lines
@@ -505,11 +515,11 @@ def test_check_03_own_reward(gsm8k_train, capsys):
     def no_kwargs(completions):  # GRPOTrainer passes prompts, completion_ids, answer...: this one cannot take them
         return repetition_penalty(completions)
 
-    assert not exercises.check_03_own_reward(unstripped, gsm8k_train)
-    assert not exercises.check_03_own_reward(no_kwargs, gsm8k_train)
+    assert not nb03.check_03_own_reward(unstripped, gsm8k_train)
+    assert not nb03.check_03_own_reward(no_kwargs, gsm8k_train)
     assert "yours raises TypeError" in capsys.readouterr().out
-    assert not exercises.check_03_own_reward(lambda completions, **kw: [0.0] * len(completions), gsm8k_train)
-    assert not exercises.check_03_own_reward(None, gsm8k_train)
+    assert not nb03.check_03_own_reward(lambda completions, **kw: [0.0] * len(completions), gsm8k_train)
+    assert not nb03.check_03_own_reward(None, gsm8k_train)
 
 
 def test_own_reward_is_also_run_by_trl(gsm8k_train, capsys):
@@ -519,7 +529,7 @@ def test_own_reward_is_also_run_by_trl(gsm8k_train, capsys):
         calls.append(sorted(kwargs))
         return repetition_penalty(completions)
 
-    assert exercises.check_03_own_reward(counted, gsm8k_train)
+    assert nb03.check_03_own_reward(counted, gsm8k_train)
     assert any("log_metric" in keys for keys in calls), "TRL's own call (it alone passes log_metric) never happened"
 
 
@@ -552,27 +562,27 @@ def _diagnosis(log_history, window=5, truncation_first=True):
 
 
 def test_check_06_flat_reward_cause(capsys):
-    assert exercises.check_06_flat_reward_cause(flat_reward_cause)
-    assert exercises.check_06_flat_reward_cause(_diagnosis)
-    assert not exercises.check_06_flat_reward_cause(lambda h: _diagnosis(h, window=None))  # the whole run
-    assert not exercises.check_06_flat_reward_cause(lambda h: _diagnosis(h, truncation_first=False))
-    assert not exercises.check_06_flat_reward_cause(lambda log_history: "ok")
+    assert nb06.check_06_flat_reward_cause(flat_reward_cause)
+    assert nb06.check_06_flat_reward_cause(_diagnosis)
+    assert not nb06.check_06_flat_reward_cause(lambda h: _diagnosis(h, window=None))  # the whole run
+    assert not nb06.check_06_flat_reward_cause(lambda h: _diagnosis(h, truncation_first=False))
+    assert not nb06.check_06_flat_reward_cause(lambda log_history: "ok")
     assert "differs from the reference" in capsys.readouterr().out
-    assert not exercises.check_06_flat_reward_cause("ok")
+    assert not nb06.check_06_flat_reward_cause("ok")
 
 
 def test_flat_reward_check_takes_real_histories_too():
     history = [{"step": 1, "reward": 0.0, "completions/clipped_ratio": 1.0}]
-    cases = exercises.flat_reward_cases(history)
+    cases = nb06.flat_reward_cases(history)
     assert cases[-1].label == "real run 1" and cases[-1].args == (history,)
 
 
 def test_value_checks_of_07_accept_the_right_answers_only():
-    assert exercises.check_07_off_policy_field("num_iterations")
-    assert not exercises.check_07_off_policy_field("importance_sampling_level")
-    assert not exercises.check_07_off_policy_field(None)
-    assert exercises.check_07_constant_normaliser("dr_grpo") and exercises.check_07_constant_normaliser("'dr_grpo'")
-    assert not exercises.check_07_constant_normaliser("dapo") and not exercises.check_07_constant_normaliser("bnpo")
+    assert nb07.check_07_off_policy_field("num_iterations")
+    assert not nb07.check_07_off_policy_field("importance_sampling_level")
+    assert not nb07.check_07_off_policy_field(None)
+    assert nb07.check_07_constant_normaliser("dr_grpo") and nb07.check_07_constant_normaliser("'dr_grpo'")
+    assert not nb07.check_07_constant_normaliser("dapo") and not nb07.check_07_constant_normaliser("bnpo")
 
 
 def test_check_07_real_difference_compares_with_the_noise_rule(capsys):
@@ -587,8 +597,8 @@ def test_check_07_real_difference_compares_with_the_noise_rule(capsys):
     def one_way(first, second):
         return len(first) > 1 and len(second) > 1 and min(first) > max(second)
 
-    assert exercises.check_07_real_difference(right)
-    assert not exercises.check_07_real_difference(means_only)
+    assert nb07.check_07_real_difference(right)
+    assert not nb07.check_07_real_difference(means_only)
     assert "[1.0] vs [0.0]" in capsys.readouterr().out
-    assert not exercises.check_07_real_difference(one_way)
-    assert not exercises.check_07_real_difference(...)
+    assert not nb07.check_07_real_difference(one_way)
+    assert not nb07.check_07_real_difference(...)

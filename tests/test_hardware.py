@@ -1,4 +1,5 @@
-"""The CPU precision decision: every combination of torch's report, the CPU flags, the system, the override."""
+"""The machine's facts: the CPU precision decision (every combination of torch's report, the CPU flags, the
+system, the override) and the ``Hardware`` a run uses, from a name, a dict or this machine."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 
 from course_utils.core import hardware
 from course_utils.core.hardware import (
+    KNOWN_HARDWARE,
     PRECISION_CHOICES,
     PRECISION_ENV_VAR,
+    Hardware,
+    as_hardware,
     cpu_flags,
     cpu_precision,
     forced_precision,
@@ -115,3 +119,27 @@ def test_kernel_limits_name_the_capping_variables_that_are_set():
     every = {name: "AVX2" for name in hardware.KERNEL_LIMIT_VARIABLES}
     assert hardware.kernel_limits(every).count("=AVX2") == 3
     assert "cpu_kernel_limits" in hardware.machine_summary()
+
+
+def test_known_hardware_and_detection():
+    assert not KNOWN_HARDWARE["T4"].bf16 and KNOWN_HARDWARE["A800"].bf16
+    assert KNOWN_HARDWARE["H100"].bf16 and KNOWN_HARDWARE["H100"].total_memory_gb == pytest.approx(79.1)
+    here = as_hardware(None)
+    assert here.device in ("cpu", "cuda") and 0 < here.available_memory_gb <= here.total_memory_gb
+
+
+def test_hardware_is_read_from_a_name_a_dict_or_itself_and_bad_input_is_named():
+    t4 = KNOWN_HARDWARE["T4"]
+    assert as_hardware("T4") is t4 and as_hardware(t4) is t4
+    assert as_hardware({"device": "cpu", "total_memory_gb": 8.0}) == Hardware("cpu", total_memory_gb=8.0)
+    assert t4.label == "Tesla T4" and Hardware("cpu").label == "CPU"
+    with pytest.raises(ValueError, match="Unknown hardware field"):
+        as_hardware({"device": "cuda", "memory": 16})
+    with pytest.raises(ValueError, match="known"):
+        as_hardware("V100")
+    with pytest.raises(TypeError, match="a Hardware, a dict"):
+        as_hardware(16)
+    with pytest.raises(ValueError, match="device"):
+        Hardware(device="tpu")
+    with pytest.raises(ValueError, match="num_processes"):
+        Hardware("cpu", num_processes=0)

@@ -1,13 +1,15 @@
-"""The package's import graph, read from the source with ``ast`` (imports inside functions count too).
+"""The package's shape: its map, and its import graph read from the source with ``ast`` (function-level imports too).
 
-course_utils is layered one way (profiles/paths, hardware, data and models, rewards, training, lab,
-monitoring, evaluation; plotting a leaf): a cycle would make the order modules load in decide whether
-an import works, and a leaf that imported training would pull the trainer into every plot.
+course_utils is in groups that import one way (core <- lesson <- training <- evaluation <- exercises; the
+cpu_speed plug-in on the side, reading only core): a cycle would make the order modules load in decide
+whether an import works, and a lesson module that imported training would pull the trainer into every plot.
+The package docstring is the map a reader starts from, so every module must be on it.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,89 @@ def test_course_utils_imports_sit_at_the_top_of_each_file() -> None:
             if id(node) not in top and any(n.startswith("course_utils") for n in names):
                 inside.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     assert not inside, f"course_utils imported inside a function or block: {inside}"
+
+
+# --- Groups: which group may import which -------------------------------------------------------------
+
+# group -> the groups its modules may import (besides their own); "package" is course_utils/__init__.py
+ALLOWED_IMPORTS: dict[str, set[str]] = {
+    "package": set(),
+    "core": set(),
+    "lesson": {"core"},
+    "training": {"core", "lesson", "cpu_speed"},
+    "evaluation": {"core", "lesson", "training", "cpu_speed"},
+    "exercises": {"core", "lesson", "training", "evaluation", "cpu_speed"},
+    "cpu_speed": {"core"},
+    "runner": {"core"},
+}
+
+
+def group_of(module: str) -> str:
+    """``course_utils.lesson.rewards.classic`` -> ``lesson``; ``course_utils.runner`` -> ``runner``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "package"
+
+
+def group_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that crosses groups against ``ALLOWED_IMPORTS``, as ``importer -> imported``."""
+    violations = []
+    for module, imported in sorted(graph.items()):
+        group = group_of(module)
+        allowed = ALLOWED_IMPORTS[group] | {group}
+        violations += [f"{module} -> {other}" for other in sorted(imported) if group_of(other) not in allowed]
+    return violations
+
+
+def test_every_group_has_a_rule():
+    assert {group_of(module) for module in import_graph()} == set(ALLOWED_IMPORTS)
+
+
+def test_group_violations_are_found():
+    graph = {
+        "course_utils.lesson.data": {"course_utils.core.paths", "course_utils.cpu_speed.packed_linear"},
+        "course_utils.core.paths": {"course_utils.core.profiles"},
+        "course_utils.runner": {"course_utils.training.run"},
+    }
+    assert group_violations(graph) == [
+        "course_utils.lesson.data -> course_utils.cpu_speed.packed_linear",
+        "course_utils.runner -> course_utils.training.run",
+    ]
+
+
+def test_imports_follow_the_group_order():
+    violations = group_violations(import_graph())
+    assert not violations, "imports against the group order (see ALLOWED_IMPORTS):\n" + "\n".join(violations)
+
+
+# --- The map: the package docstring names every module -------------------------------------------------
+
+
+def package_modules() -> list[str]:
+    """Every module of course_utils except the packages themselves: ``course_utils.lesson.rewards.classic``..."""
+    return [module_name(p) for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__init__"]
+
+
+def missing_from_map(docstring: str, modules: list[str]) -> list[str]:
+    """The modules whose last name the docstring does not mention as ````name````."""
+    return [module for module in modules if f"``{module.rsplit('.', 1)[-1]}``" not in docstring]
+
+
+def test_missing_from_map_finds_an_unlisted_module():
+    assert missing_from_map("``data`` and ``grpo``", ["a.data", "a.b.grpo", "a.plotting"]) == ["a.plotting"]
+
+
+def test_the_package_docstring_lists_every_module_and_group():
+    doc = importlib.import_module("course_utils").__doc__ or ""
+    missing = missing_from_map(doc, package_modules())
+    assert not missing, f"modules missing from course_utils/__init__.py's map: {missing}"
+    groups = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert all(f"``{group}``" in doc for group in groups), groups
+
+
+@pytest.mark.parametrize("group", sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py")))
+def test_each_group_docstring_lists_its_modules(group):
+    init = PACKAGE / group / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    own = [module_name(p) for p in sorted(init.parent.glob("*.py")) if p.stem != "__init__"]
+    own += [module_name(p.parent) for p in sorted(init.parent.glob("*/__init__.py"))]  # subpackages (rewards)
+    assert not missing_from_map(doc, own), f"{init.relative_to(REPO_ROOT)} does not list {missing_from_map(doc, own)}"

@@ -125,15 +125,15 @@ def test_reward_fifths():
 
 
 def test_exercise_checks_for_notebook_04(capsys):
-    from course_utils.exercises import checks as exercises
+    from course_utils.exercises import nb04_train_grpo as nb04
 
     history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
-    assert exercises.check_04_prompts_per_step(16) and not exercises.check_04_prompts_per_step(128)
-    assert exercises.check_04_group_size_field(" num_generations ") and not exercises.check_04_group_size_field("beta")
-    assert exercises.check_04_monitoring_rule("clipped_high", history)
-    assert not exercises.check_04_monitoring_rule("kl_rising", history)
-    assert not exercises.check_04_monitoring_rule("clipped_high", "not a history")
-    assert not exercises.check_04_prompts_per_step(None)
+    assert nb04.check_04_prompts_per_step(16) and not nb04.check_04_prompts_per_step(128)
+    assert nb04.check_04_group_size_field(" num_generations ") and not nb04.check_04_group_size_field("beta")
+    assert nb04.check_04_monitoring_rule("clipped_high", history)
+    assert not nb04.check_04_monitoring_rule("kl_rising", history)
+    assert not nb04.check_04_monitoring_rule("clipped_high", "not a history")
+    assert not nb04.check_04_prompts_per_step(None)
     assert "not answered yet" in capsys.readouterr().out
 
 

@@ -10,23 +10,23 @@ import pytest
 from transformers import AutoTokenizer
 from trl import GRPOConfig
 
-from course_utils.lesson.data import load_gsm8k
+from course_utils.core.hardware import KNOWN_HARDWARE
+from course_utils.lesson import data
+from course_utils.lesson.data import load_gsm8k, reference_length_percentile
 from course_utils.lesson.models import materialize_offline_model
+from course_utils.training import preflight
 from course_utils.training.memory import QWEN25_05B
 from course_utils.training.preflight import (
-    KNOWN_HARDWARE,
     Finding,
-    Hardware,
     PreflightError,
-    as_hardware,
     check,
     config_values,
     findings_table,
     format_findings,
     generation_batch,
     raise_for_errors,
-    reference_length_percentile,
 )
+from course_utils.training.run import GenerationBatchError, check_generation_batch
 
 CPU = {"device": "cpu", "total_memory_gb": 24.0, "available_memory_gb": 20.0}
 T4 = {"device": "cuda", "gpu_name": "Tesla T4", "bf16": False, "total_memory_gb": 15.0, "available_memory_gb": 15.0}
@@ -68,6 +68,24 @@ def test_divisibility_counts_accumulation_and_processes():
     assert "batch-not-divisible" not in codes(check({**base, "num_generations": 3}, hardware=CPU))
     two_gpus = {**A100, "num_processes": 2}
     assert "batch-not-divisible" not in codes(check({**base, "num_generations": 4, "bf16": True}, hardware=two_gpus))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "code"),
+    [((6, 1, 4), "batch-not-divisible"), ((4, 1, 1), "group-too-small"), ((0, 1, 2), "batch-size-invalid")],
+)
+def test_generation_batch_findings_say_what_training_would_raise(sizes, code):
+    """Preflight applies training's own rule (``run.check_generation_batch``): the same refusal, in the same words."""
+    batch, accumulation, groups = sizes
+    config = {**CPU_OK, "per_device_train_batch_size": batch, "gradient_accumulation_steps": accumulation}
+    (finding,) = [f for f in check({**config, "num_generations": groups}, hardware=CPU) if f.severity == "error"]
+    with pytest.raises(GenerationBatchError) as refusal:
+        check_generation_batch(batch, accumulation, groups)
+    assert finding.code == code and str(refusal.value).startswith(finding.message) and finding.fix
+
+
+def test_preflight_reads_reference_lengths_with_the_datas_own_function():
+    assert preflight.reference_length_percentile is data.reference_length_percentile
 
 
 def test_generation_batch_follows_grpo_config_defaults():
@@ -206,19 +224,11 @@ def test_bad_input_is_named():
     with pytest.raises(TypeError, match="GRPOConfig or a dict"):
         check(["num_generations", 4], hardware=CPU)
     with pytest.raises(ValueError, match="Unknown hardware field"):
-        as_hardware({"device": "cuda", "memory": 16})
+        check(CPU_OK, hardware={"device": "cuda", "memory": 16})
     with pytest.raises(ValueError, match="known"):
-        as_hardware("V100")
-    with pytest.raises(ValueError, match="device"):
-        Hardware(device="tpu")
+        check(CPU_OK, hardware="V100")
     with pytest.raises(ValueError, match="severity"):
         Finding("fatal", "x", "y", "z")
-
-
-def test_known_hardware_and_detection():
-    assert not KNOWN_HARDWARE["T4"].bf16 and KNOWN_HARDWARE["A800"].bf16
-    here = as_hardware(None)
-    assert here.device in ("cpu", "cuda") and 0 < here.available_memory_gb <= here.total_memory_gb
 
 
 def test_display_helpers():
@@ -273,10 +283,6 @@ def test_colocated_vllm_counts_its_share_of_the_gpu():
     assert found and "vLLM 14.25" in found[0].message
     served = {**greedy, "vllm_mode": "server"}
     assert not [f for f in check(served, model=QWEN25_05B, hardware=t4) if f.code.startswith("memory")]
-
-
-def test_h100_is_a_known_bf16_gpu():
-    assert KNOWN_HARDWARE["H100"].bf16 and KNOWN_HARDWARE["H100"].total_memory_gb == pytest.approx(79.1)
 
 
 # --- The loss variants: valid values read from TRL, fields that do nothing on-policy ---------------------

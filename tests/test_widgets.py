@@ -101,8 +101,8 @@ def test_toggle_switches_stage():
     strict_mean = lab.result.mean_total
     lab.stage.value = "lenient"
     assert lab.result.stage == "lenient" and lab.result.mean_total > strict_mean
-    assert "GRPOConfig(reward_weights=" in lab.config_line.value
-    assert "best total 4" in lab.config_line.value and "correctness 2" in lab.config_line.value
+    assert "GRPOConfig(reward_weights=" in lab.view.config_line.value
+    assert "best total 4" in lab.view.config_line.value and "correctness 2" in lab.view.config_line.value
 
 
 def test_lab_saves_the_slider_weights_for_training(tmp_path):
@@ -113,7 +113,7 @@ def test_lab_saves_the_slider_weights_for_training(tmp_path):
     path = lab.save(tmp_path / "w.json")
     assert load_weights(path) == [2.5, 1.0, 1.0, 1.0, 1.0] == list(lab.weights)
     assert lab.preset.value == "custom"
-    assert "calibrated" in lab.verdict.value or "too" in lab.verdict.value
+    assert "calibrated" in lab.view.verdict.value or "too" in lab.view.verdict.value
 
 
 @pytest.mark.slow  # importing trl alone takes ~10 s on the shared CPU
@@ -138,12 +138,12 @@ def _widget_tree(widget):
 def test_lab_draws_table_and_plots_into_plain_widgets():
     """The table is HTML and the plots PNG images, redrawn on every change."""
     lab = RewardLab()
-    first_plot, first_table = bytes(lab.totals_plot.value), lab.table.value
-    assert first_plot.startswith(b"\x89PNG") and bytes(lab.advantages_plot.value).startswith(b"\x89PNG")
+    first_plot, first_table = bytes(lab.view.totals_plot.value), lab.view.table.value
+    assert first_plot.startswith(b"\x89PNG") and bytes(lab.view.advantages_plot.value).startswith(b"\x89PNG")
     assert first_table.count("<tr") == len(SAMPLE_BANK) + 1  # header + one row per sample
     assert all(html.escape(sample.label) in first_table for sample in SAMPLE_BANK)
     lab.sliders["correctness_reward_func"].value = 0.0
-    assert bytes(lab.totals_plot.value) != first_plot and lab.table.value != first_table
+    assert bytes(lab.view.totals_plot.value) != first_plot and lab.view.table.value != first_table
 
 
 def test_lab_has_no_output_widget():

@@ -1,17 +1,28 @@
-"""What this machine computes fast, in one place: the CPU's precision path and the GPU's abilities.
+"""The machine, in one place: the CPU's precision path, the GPU's abilities, and the ``Hardware`` a run will use.
 
 The CPU lab trains a bfloat16 copy of the model only where the CPU computes bfloat16 natively
 (AVX512-BF16 or AMX). Elsewhere bfloat16 is emulated with float32 instructions and runs slower than
 float32 itself, so the lab stays in float32. ``COURSE_CPU_PRECISION`` forces either path, so both can
 be run and tested on one machine.
+
+``Hardware`` describes a machine the way the preflight checks need it (device, GPU, native bf16, memory);
+``KNOWN_HARDWARE`` holds the GPUs the course plans for, so a check can be run for a T4 on any machine.
+
+torch is imported on first use (``_torch``), not at the top: core is loaded by the profiles and by the
+notebook runner, which start without torch and report it missing instead of failing to import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psutil
 
 PRECISION_ENV_VAR = "COURSE_CPU_PRECISION"
 PRECISION_CHOICES = ("auto", "bf16", "fp32")
@@ -21,6 +32,15 @@ AVX512_CAPABILITIES = ("AVX512", "AVX512_BF16", "AMX")
 # Variables that cap the instructions of torch's own kernels, oneDNN and MKL: on an AVX-512 machine, setting all
 # three to AVX2 runs the kernels an AVX2 laptop runs (a proxy for it: same kernels, another processor)
 KERNEL_LIMIT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# Memory (GB) torch reports on the GPUs the course plans for
+GPU_MEMORY_GB = {"T4": 15.0, "A100-40GB": 39.5, "A100-80GB": 79.3, "A800-80GB": 79.3, "H100-80GB": 79.1}
+
+
+def _torch() -> ModuleType:
+    """torch, imported on first use (see the module docstring: core loads without it)."""
+    import torch  # inside on purpose: the runner and the profiles import core before torch is needed
+
+    return torch
 
 
 @dataclass(frozen=True)
@@ -43,9 +63,7 @@ class CpuPrecision:
 
 def cpu_capability() -> str:
     """The vector instruction level torch's CPU kernels use here ("AVX2", "AVX512", "DEFAULT", ...)."""
-    import torch
-
-    return str(torch.backends.cpu.get_cpu_capability())
+    return str(_torch().backends.cpu.get_cpu_capability())
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -62,9 +80,7 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 def torch_reports_native_bf16() -> bool | None:
     """What torch's own CPU probe says about bfloat16 instructions (None where this torch cannot tell)."""
-    import torch
-
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    probes = [getattr(_torch().cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     if not all(callable(probe) for probe in probes):
         return None
     return any(probe() for probe in probes)
@@ -134,7 +150,7 @@ def resolve_train_dtype(device: str, dtype: str, train_dtype: str | None) -> str
 def cuda_available() -> bool:
     """True when torch sees a CUDA GPU."""
     try:
-        import torch
+        torch = _torch()
     except ImportError:
         return False
     return torch.cuda.is_available()
@@ -142,8 +158,7 @@ def cuda_available() -> bool:
 
 def cuda_bf16_supported() -> bool:
     """True when the CUDA GPU computes bfloat16 (Ampere or newer; a T4 does not)."""
-    import torch
-
+    torch = _torch()
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
@@ -160,8 +175,7 @@ def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
 def machine_summary() -> dict[str, str]:
     """The facts every measured figure is reported with: CPU, cores, kernels, precision path."""
-    import torch
-
+    torch = _torch()
     precision = cpu_precision()
     return {
         "machine_cpu": cpu_model_name(),
@@ -179,3 +193,80 @@ def kernel_limits(environ: dict[str, str] | None = None) -> str:
     """The kernel-capping variables set here, e.g. ``ATEN_CPU_CAPABILITY=avx2``, or ``none``."""
     environ = os.environ if environ is None else environ
     return ", ".join(f"{name}={environ[name]}" for name in KERNEL_LIMIT_VARIABLES if environ.get(name)) or "none"
+
+
+# --- The machine a run will use -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The machine a run will use: what the preflight checks need to know about it."""
+
+    device: str  # "cpu" or "cuda"
+    gpu_name: str | None = None
+    bf16: bool = False  # native bfloat16: Ampere+ GPUs; CPUs with AVX512-BF16 or AMX
+    total_memory_gb: float = 0.0
+    available_memory_gb: float = 0.0
+    num_processes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"Hardware.device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.available_memory_gb < 0 or self.total_memory_gb < 0:
+            raise ValueError("Hardware memory sizes must be >= 0 GB")
+        if self.num_processes < 1:
+            raise ValueError(f"num_processes must be >= 1, got {self.num_processes}")
+
+    @property
+    def label(self) -> str:
+        """How findings name the machine: the GPU's name, or "CPU"."""
+        return self.gpu_name or "CPU"
+
+
+def _gpu(name: str, key: str, bf16: bool) -> Hardware:
+    size = GPU_MEMORY_GB[key]
+    return Hardware("cuda", name, bf16, size, size)
+
+
+KNOWN_HARDWARE: dict[str, Hardware] = {
+    "T4": _gpu("Tesla T4", "T4", bf16=False),
+    "A100": _gpu("NVIDIA A100-SXM4-40GB", "A100-40GB", bf16=True),
+    "A100-80GB": _gpu("NVIDIA A100-SXM4-80GB", "A100-80GB", bf16=True),
+    "A800": _gpu("NVIDIA A800-SXM4-80GB", "A800-80GB", bf16=True),
+    "H100": _gpu("NVIDIA H100 80GB HBM3", "H100-80GB", bf16=True),
+}
+
+
+def detect_hardware() -> Hardware:
+    """This machine: the first CUDA GPU if there is one (free memory as available), else the CPU and its RAM."""
+    torch = _torch()
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(0)
+        return Hardware(
+            device="cuda",
+            gpu_name=torch.cuda.get_device_name(0),
+            bf16=torch.cuda.is_bf16_supported(),
+            total_memory_gb=total / 1024**3,
+            available_memory_gb=free / 1024**3,
+        )
+    memory = psutil.virtual_memory()
+    return Hardware("cpu", None, cpu_supports_bf16(), memory.total / 1024**3, memory.available / 1024**3)
+
+
+def as_hardware(hardware: Hardware | dict[str, Any] | str | None) -> Hardware:
+    """A ``Hardware`` from itself, a dict of its fields, a known name (``"T4"``, ``"A100"``...), or None (detect)."""
+    if hardware is None:
+        return detect_hardware()
+    if isinstance(hardware, Hardware):
+        return hardware
+    if isinstance(hardware, str):
+        if hardware not in KNOWN_HARDWARE:
+            raise ValueError(f"Unknown hardware {hardware!r}; known: {sorted(KNOWN_HARDWARE)} (or pass a dict)")
+        return KNOWN_HARDWARE[hardware]
+    if isinstance(hardware, dict):
+        names = {f.name for f in dataclasses.fields(Hardware)}
+        unknown = sorted(set(hardware) - names)
+        if unknown:
+            raise ValueError(f"Unknown hardware field(s) {unknown}; valid fields: {sorted(names)}")
+        return Hardware(**hardware)
+    raise TypeError(f"hardware must be a Hardware, a dict, a name or None, got {type(hardware).__name__}")

@@ -1,1 +1,4 @@
-"""lesson"""
+"""What a learner builds in notebooks 01 to 03: data, model loading, rewards, GRPO by hand. Imports core.
+
+Modules: ``data``, ``models``, ``rewards`` (a package), ``grpo``, ``plotting``, ``widgets``, ``environment``.
+"""

@@ -10,10 +10,12 @@ notebook 04 trains with (``course_utils.lesson.rewards.save_weights``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import ipywidgets as widgets
 import pandas as pd
 
 from course_utils.lesson.grpo import frac_reward_zero_std, group_advantages
@@ -132,34 +134,66 @@ def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequen
     return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std)
 
 
+def _short_name(reward_name: str) -> str:
+    """``correctness_reward_func`` -> ``correctness``: what a slider and the points line call a reward."""
+    return reward_name.removesuffix("_reward_func")
+
+
+def weight_sliders(weights: Sequence[float]) -> dict[str, widgets.FloatSlider]:
+    """One slider per reward (in ``REWARD_NAMES`` order), starting at ``weights``."""
+    return {
+        name: widgets.FloatSlider(value=w, min=0.0, max=SLIDER_MAX, step=SLIDER_STEP, description=_short_name(name))
+        for name, w in zip(REWARD_NAMES, weights, strict=True)
+    }
+
+
+class LabView:
+    """The lab's outputs, redrawn from one ``LabResult``: the verdict, the config line, the table and two plots.
+
+    HTML and Image widgets, not an Output widget: rich display() calls captured by an Output widget
+    stall headless runs (nbclient waits out its whole cell timeout on each one).
+    """
+
+    def __init__(self) -> None:
+        self.verdict = widgets.HTML()
+        self.config_line = widgets.HTML()
+        self.table = widgets.HTML()
+        self.totals_plot = widgets.Image(format="png")
+        self.advantages_plot = widgets.Image(format="png")
+
+    def show(self, result: LabResult) -> None:
+        """Redraw every output from ``result``."""
+        self.verdict.value = f"<b>{result.verdict}</b> — frac_reward_zero_std = {result.frac_reward_zero_std}"
+        points = ", ".join(f"{_short_name(n)} {p:g}" for n, p in reward_points(result.weights).items())
+        self.config_line.value = (
+            f"<code>GRPOConfig(reward_weights={list(result.weights)})</code><br>"
+            f"points at best: {points}; best total {result.max_total:g}"
+        )
+        self.table.value = result.table.round(3).to_html(index=False, border=0)
+        self.totals_plot.value = figure_png(plot_reward_totals(result.totals, result.max_total))
+        self.advantages_plot.value = figure_png(
+            plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages)
+        )
+
+    def rows(self) -> list[widgets.Widget]:
+        """The outputs top to bottom, the two plots side by side."""
+        return [self.verdict, self.config_line, self.table, widgets.HBox([self.totals_plot, self.advantages_plot])]
+
+
 class RewardLab:
-    """The ipywidgets UI around ``reward_lab``: sliders, preset dropdown, lenient/strict toggle, outputs.
+    """The ipywidgets UI around ``reward_lab``: sliders, preset dropdown, lenient/strict toggle, and a ``LabView``.
 
     ``lab.result`` always holds the latest ``LabResult``, so tests drive the sliders
     (``lab.sliders[name].value = 3.0``) and read the recomputed numbers without a browser.
     """
 
     def __init__(self, bank: Sequence[Sample] = SAMPLE_BANK, preset: str = "initial", stage: str = "strict") -> None:
-        import ipywidgets as widgets
-
         self.bank = list(bank)
         self._updating = False
-        start = resolve_weights(preset)
-        self.sliders = {
-            name: widgets.FloatSlider(
-                value=w, min=0.0, max=SLIDER_MAX, step=SLIDER_STEP, description=name.removesuffix("_reward_func")
-            )
-            for name, w in zip(REWARD_NAMES, start, strict=True)
-        }
+        self.sliders = weight_sliders(resolve_weights(preset))
         self.preset = widgets.Dropdown(options=[*DEFAULT_WEIGHTS, "custom"], value=preset, description="preset")
         self.stage = widgets.ToggleButtons(options=list(STAGES), value=stage, description="format")
-        self.verdict = widgets.HTML()
-        self.config_line = widgets.HTML()
-        # HTML and Image widgets, not an Output widget: rich display() calls captured by an Output
-        # widget stall headless runs (nbclient waits out its whole cell timeout on each one).
-        self.table = widgets.HTML()
-        self.totals_plot = widgets.Image(format="png")
-        self.advantages_plot = widgets.Image(format="png")
+        self.view = LabView()
         for slider in self.sliders.values():
             slider.observe(self._on_slider, names="value")
         self.preset.observe(self._on_preset, names="value")
@@ -168,28 +202,31 @@ class RewardLab:
 
     @property
     def weights(self) -> tuple[float, ...]:
+        """The weights on the sliders, in ``REWARD_NAMES`` order."""
         return tuple(self.sliders[name].value for name in REWARD_NAMES)
+
+    @contextmanager
+    def _quietly(self) -> Iterator[None]:
+        """Move widgets without their observers recomputing (one recomputation after, not one per widget)."""
+        self._updating = True
+        try:
+            yield
+        finally:
+            self._updating = False
 
     def set_weights(self, weights: Weights) -> LabResult:
         """Move every slider at once (one recomputation, not five); the preset dropdown follows."""
-        values = resolve_weights(weights)
-        self._updating = True
-        try:
-            for name, w in zip(REWARD_NAMES, values, strict=True):
+        with self._quietly():
+            for name, w in zip(REWARD_NAMES, resolve_weights(weights), strict=True):
                 self.sliders[name].value = w
-        finally:
-            self._updating = False
         self._sync_preset()
         return self.refresh()
 
     def _sync_preset(self) -> None:
         """Show the preset whose weights the sliders hold, or "custom"."""
         matching = [name for name, w in DEFAULT_WEIGHTS.items() if tuple(w) == self.weights]
-        self._updating = True
-        try:
+        with self._quietly():
             self.preset.value = matching[0] if matching else "custom"
-        finally:
-            self._updating = False
 
     def grpo_config_kwargs(self) -> dict[str, Any]:
         """``GRPOConfig(**lab.grpo_config_kwargs(), ...)`` trains with exactly the weights on the sliders."""
@@ -200,10 +237,9 @@ class RewardLab:
         return save_weights(self.weights, path)
 
     def _on_slider(self, _change: Any) -> None:
-        if self._updating:
-            return
-        self._sync_preset()
-        self.refresh()
+        if not self._updating:
+            self._sync_preset()
+            self.refresh()
 
     def _on_preset(self, change: Any) -> None:
         if not self._updating and change["new"] in DEFAULT_WEIGHTS:
@@ -212,32 +248,14 @@ class RewardLab:
     def refresh(self) -> LabResult:
         """Recompute from the current widget values and redraw."""
         self.result = reward_lab(self.weights, self.stage.value, self.bank)
-        self.verdict.value = f"<b>{self.result.verdict}</b> — frac_reward_zero_std = {self.result.frac_reward_zero_std}"
-        points = ", ".join(f"{n.removesuffix('_reward_func')} {p:g}" for n, p in reward_points(self.weights).items())
-        self.config_line.value = (
-            f"<code>GRPOConfig(reward_weights={list(self.weights)})</code><br>"
-            f"points at best: {points}; best total {self.result.max_total:g}"
-        )
-        self._render()
+        self.view.show(self.result)
         return self.result
 
-    def _render(self) -> None:
-        """Redraw the table and both plots from ``self.result``."""
-        result = self.result
-        self.table.value = result.table.round(3).to_html(index=False, border=0)
-        self.totals_plot.value = figure_png(plot_reward_totals(result.totals, result.max_total))
-        self.advantages_plot.value = figure_png(
-            plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages)
-        )
-
     @property
-    def widget(self) -> Any:
-        """The assembled UI, for ``display(lab.widget)``."""
-        import ipywidgets as widgets
-
+    def widget(self) -> widgets.VBox:
+        """The assembled UI, for ``display(lab.widget)``: the controls, then the outputs."""
         controls = widgets.VBox([self.preset, self.stage, *self.sliders.values()])
-        plots = widgets.HBox([self.totals_plot, self.advantages_plot])
-        return widgets.VBox([controls, self.verdict, self.config_line, self.table, plots])
+        return widgets.VBox([controls, *self.view.rows()])
 
 
 __all__ = [
@@ -247,8 +265,10 @@ __all__ = [
     "QUESTION",
     "SAMPLE_BANK",
     "LabResult",
+    "LabView",
     "RewardLab",
     "Sample",
     "calibration_verdict",
     "reward_lab",
+    "weight_sliders",
 ]

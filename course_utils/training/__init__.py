@@ -1,1 +1,4 @@
-"""training"""
+"""A ``GRPOTrainer`` run from a profile, and what is checked before and during it. Imports core and lesson.
+
+Modules: ``run``, ``warm_start``, ``monitoring``, ``preflight``, ``memory``, ``lab``.
+"""

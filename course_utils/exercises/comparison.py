@@ -1,0 +1,239 @@
+"""The verdicts every notebook's checks print, and the comparison of a learner's function with the reference.
+
+Each check prints a verdict with a hint and returns ``True`` or ``False``; it never raises, so a
+notebook with an unanswered exercise still runs top to bottom (in CI too). An unanswered exercise
+(``None`` or ``...``) is reported as such, not as wrong.
+
+``check_against_reference`` is the one place where a function the learner wrote in a notebook cell is
+run next to the package's reference on a bank of ``Case``s (real GSM8K rows, edge cases, TRL's own
+computation) and every difference is printed: the input, what the reference gives, what the learner's
+version gives. The notebook modules (``nb01_grpo_concepts``...) build their case banks and call it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def is_unanswered(answer: Any) -> bool:
+    """True for the placeholders the notebooks start with (``None`` or ``...``)."""
+    return answer is None or answer is Ellipsis
+
+
+def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
+    """Print the verdict for one exercise and return it."""
+    if is_unanswered(answer):
+        print(f"⏳ {exercise}: not answered yet. Hint: {hint}")
+        return False
+    print(f"✅ {exercise}: correct." if correct else f"❌ {exercise}: not yet. Hint: {hint}")
+    return bool(correct)
+
+
+def close_to(answer: Any, expected: float, tolerance: float = 1e-6) -> bool:
+    """True when ``answer`` is a number within ``tolerance`` of ``expected`` (False for anything else)."""
+    try:
+        return abs(float(answer) - expected) <= tolerance
+    except (TypeError, ValueError):
+        return False
+
+
+# --- the learner's function against the reference ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input on which the learner's function must give what the reference gives."""
+
+    label: str  # shown when the two differ: say what the case is about ("real row 12", "thousands separator")
+    args: tuple[Any, ...]
+    reference_args: tuple[Any, ...] | None = None  # the same problem in the form the reference takes, if different
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A case where the learner's function and the reference disagree, both outcomes in words."""
+
+    label: str
+    reference: str
+    yours: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: the reference {self.reference}, yours {self.yours}"
+
+
+def same_values(expected: Any, got: Any, tolerance: float = 1e-5) -> bool:
+    """Equal values; tensors and floats within ``tolerance`` (absolute, plus 1e-4 relative), containers item by item."""
+    if isinstance(expected, torch.Tensor):
+        try:
+            got = torch.as_tensor(got, dtype=expected.dtype)
+        except (TypeError, ValueError, RuntimeError):
+            return False
+        return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=tolerance)
+    if isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
+        return math.isclose(got, expected, rel_tol=1e-4, abs_tol=tolerance)
+    if isinstance(expected, Mapping):
+        return (
+            isinstance(got, Mapping)
+            and set(got) == set(expected)
+            and all(same_values(expected[key], got[key], tolerance) for key in expected)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(got, (list, tuple))
+            and len(got) == len(expected)
+            and all(same_values(e, g, tolerance) for e, g in zip(expected, got, strict=True))
+        )
+    return type(got) is type(expected) and got == expected
+
+
+def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, the exception)``: a raised error is an outcome to compare, not a crash."""
+    try:
+        return True, function(*args)
+    except Exception as exc:  # any error of the learner's code is reported, never raised
+        return False, exc
+
+
+def _error_kind(exc: BaseException) -> type[BaseException]:
+    """The built-in class an error belongs to (``GSM8KFormatError`` -> ``ValueError``): what a learner can match."""
+    return next(cls for cls in type(exc).__mro__ if cls.__module__ == "builtins")
+
+
+def _describe(ok: bool, value: Any, width: int = 90) -> str:
+    text = f"returns {value!r}" if ok else f"raises {type(value).__name__}: {value}"
+    text = " ".join(text.split())
+    return text if len(text) <= width else f"{text[: width - 3]}..."
+
+
+def _where_they_differ(expected: Any, got: Any, path: str = "") -> tuple[str, Any, Any]:
+    """The first place inside two containers where the values differ: ``("['answer']", '1080', '1,080')``."""
+    if isinstance(expected, Mapping) and isinstance(got, Mapping) and set(expected) == set(got):
+        for key in expected:
+            if not same_values(expected[key], got[key]):
+                return _where_they_differ(expected[key], got[key], f"{path}[{key!r}]")
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)) and len(expected) == len(got):
+        for index, (e, g) in enumerate(zip(expected, got, strict=True)):
+            if not same_values(e, g):
+                return _where_they_differ(e, g, f"{path}[{index}]")
+    if isinstance(expected, str) and isinstance(got, str):
+        start = next(
+            (i for i, (e, g) in enumerate(zip(expected, got, strict=False)) if e != g), min(map(len, (expected, got)))
+        )
+        if start > 24:  # show where the strings part, not their common beginning
+            return f"{path}[{start - 12}:]", expected[start - 12 :], got[start - 12 :]
+    return path, expected, got
+
+
+def _difference(label: str, expected: tuple[bool, Any], got: tuple[bool, Any]) -> Difference:
+    if expected[0] and got[0]:
+        path, expected_part, got_part = _where_they_differ(expected[1], got[1])
+        if path:
+            return Difference(f"{label}, at {path}", _describe(True, expected_part), _describe(True, got_part))
+    return Difference(label, _describe(*expected), _describe(*got))
+
+
+def _agree(expected: tuple[bool, Any], got: tuple[bool, Any], same: Callable[[Any, Any], bool]) -> bool:
+    (expected_ok, expected_value), (got_ok, got_value) = expected, got
+    if not expected_ok:  # the reference refuses this input: the learner's version must refuse it the same way
+        return not got_ok and isinstance(got_value, _error_kind(expected_value))
+    if not got_ok:
+        return False
+    try:
+        return bool(same(expected_value, got_value))
+    except Exception:  # a value that cannot even be compared is a difference
+        return False
+
+
+def compare_with_reference(
+    learner: Callable[..., Any],
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    same: Callable[[Any, Any], bool] = same_values,
+) -> list[Difference]:
+    """Run both functions on every case; return the cases where they differ (in value, or in raising).
+
+    Where the reference raises, the learner's version must raise an error of the same built-in kind
+    (``ValueError``, ``TypeError``...): refusing bad input is part of the behaviour being checked.
+    """
+    differences = []
+    for case in cases:
+        reference_args = case.args if case.reference_args is None else case.reference_args
+        expected, got = _outcome(reference, reference_args), _outcome(learner, case.args)
+        if not _agree(expected, got, same):
+            differences.append(_difference(case.label, expected, got))
+    return differences
+
+
+def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
+    """Report an unanswered exercise or an answer that is not a function; checked before building any cases."""
+    if is_unanswered(learner):
+        report(exercise, False, hint, learner)
+        return True
+    if not callable(learner):
+        print(f"❌ {exercise}: {type(learner).__name__} {learner!r:.40} is not a function; pass the function, no ().")
+        return True
+    return False
+
+
+def check_against_reference(
+    exercise: str,
+    learner: Any,
+    reference: Callable[..., Any],
+    cases: Sequence[Case],
+    *,
+    hint: str,
+    same: Callable[[Any, Any], bool] = same_values,
+    show: int = 4,
+) -> bool:
+    """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
+    if not_a_function(exercise, learner, hint):
+        return False
+    differences = compare_with_reference(learner, reference, cases, same)
+    if not differences:
+        print(f"✅ {exercise}: same result as the reference on all {len(cases)} cases.")
+        return True
+    print(f"❌ {exercise}: differs from the reference on {len(differences)} of {len(cases)} cases:")
+    for difference in differences[:show]:
+        print(f"   - {difference}")
+    if len(differences) > show:
+        print(f"   ... and {len(differences) - show} more.")
+    print(f"   Hint: {hint}")
+    return False
+
+
+# --- real GSM8K rows for the case banks ----------------------------------------------------------
+
+
+def dataset_column(dataset: Any, name: str) -> list[Any]:
+    """One column of a ``Dataset``, a ``DatasetDict`` split or a list of dicts, as a list."""
+    if isinstance(dataset, Sequence) and not isinstance(dataset, str):
+        return [row[name] for row in dataset]
+    return list(dataset[name])
+
+
+def short_repr(text: Any, width: int = 32) -> str:
+    """``text`` on one line, cut from the front to ``width`` characters: a case label that fits a verdict line."""
+    flat = " ".join(str(text).split())
+    return repr(flat if len(flat) <= width else f"...{flat[-width + 3 :]}")
+
+
+def real_row_indices(dataset: Any, count: int = 24) -> list[int]:
+    """The first rows, and the rows whose final answer has a comma, a sign, a ``$`` or a decimal point.
+
+    Those are the rows one-line parsers get wrong, so they belong in every check on real data.
+    """
+    answers = dataset_column(dataset, "answer")
+    tricky = [i for i, text in enumerate(answers) if any(c in text.rsplit("####", 1)[-1] for c in ",-$.")]
+    first = list(range(min(count // 2, len(answers))))
+    return sorted(set(first + tricky[: count - len(first)]))
+
+
+def dataset_rows(dataset: Any, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """The rows at ``indices`` as ``{"question", "answer"}`` dicts, whatever form the dataset has."""
+    questions, answers = dataset_column(dataset, "question"), dataset_column(dataset, "answer")
+    return [{"question": questions[i], "answer": answers[i]} for i in indices]

@@ -1,0 +1,76 @@
+"""Notebook 06 (troubleshooting): the batch a preflight accepts, a flat reward's cause, the biggest memory saving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from course_utils.exercises.comparison import Case, check_against_reference, close_to, report
+from course_utils.training.memory import OOM_BASE, OOM_FIXES, what_if_table
+from course_utils.training.monitoring import THRESHOLDS, WINDOW, flat_reward_cause
+from course_utils.training.preflight import check
+
+
+def check_06_batch_size(answer: Any) -> bool:
+    """Smallest ``per_device_train_batch_size`` that works with ``gradient_accumulation_steps=3`` and 6 generations."""
+    def accepted(batch: int) -> bool:
+        config = {"per_device_train_batch_size": batch, "gradient_accumulation_steps": 3, "num_generations": 6}
+        return "batch-not-divisible" not in {f.code for f in check(config, hardware={"device": "cuda", "bf16": True})}
+
+    expected = next(b for b in range(1, 100) if accepted(b))
+    hint = "the generation batch is batch x accumulation steps; it must be a multiple of num_generations"
+    return report("06.1 smallest batch", close_to(answer, expected), hint, answer)
+
+
+def _log_history(steps: int = 10, **series: list[float]) -> list[dict[str, Any]]:
+    """A ``trainer.state.log_history``: one entry per step with the given metrics, then the run's summary."""
+    logs = [{"step": i + 1, "reward": 0.0} | {key: values[i] for key, values in series.items()} for i in range(steps)]
+    return [*logs, {"step": steps, "train_runtime": 12.5, "train_loss": 0.0}]
+
+
+# label, the metrics per step (10 steps unless the lists are shorter)
+FLAT_REWARD_HISTORIES: tuple[tuple[str, dict[str, list[float]]], ...] = (
+    ("healthy run", {"completions/clipped_ratio": [0.05] * 10, "frac_reward_zero_std": [0.1] * 10}),
+    ("every completion cut off", {"completions/clipped_ratio": [1.0] * 10, "frac_reward_zero_std": [1.0] * 10}),
+    ("equal groups, none cut off", {"completions/clipped_ratio": [0.0] * 10, "frac_reward_zero_std": [0.9] * 10}),
+    (
+        "cut off early, fine later",
+        {"completions/clipped_ratio": [1.0] * 5 + [0.0] * 5, "frac_reward_zero_std": [0.2] * 10},
+    ),
+    ("signal lost late", {"completions/clipped_ratio": [0.0] * 10, "frac_reward_zero_std": [0.0] * 5 + [1.0] * 5}),
+    ("clipped 35%, equal groups 45%", {"completions/clipped_ratio": [0.35] * 10, "frac_reward_zero_std": [0.45] * 10}),
+    ("clipped 25%, equal groups 55%", {"completions/clipped_ratio": [0.25] * 10, "frac_reward_zero_std": [0.55] * 10}),
+    ("clipped ratio never logged", {"frac_reward_zero_std": [0.8] * 10}),
+    ("three steps only", {"completions/clipped_ratio": [0.0] * 3, "frac_reward_zero_std": [0.6] * 3}),
+    ("only the reward logged", {}),
+)
+
+
+def flat_reward_cases(*real_histories: Any) -> list[Case]:
+    """Log histories made for each diagnosis, then any real ones (the notebook's runs)."""
+    cases = [
+        Case(label, (_log_history(min((len(v) for v in series.values()), default=10), **series),))
+        for label, series in FLAT_REWARD_HISTORIES
+    ]
+    cases.append(Case("empty log history", ([],)))
+    return cases + [Case(f"real run {i + 1}", (list(history),)) for i, history in enumerate(real_histories)]
+
+
+def check_06_flat_reward_cause(learner: Any, *real_histories: Any) -> bool:
+    """Exercise 06.2: ``flat_reward_cause(log_history)`` against ``monitoring.flat_reward_cause``."""
+    hint = (
+        f"keep the entries with a 'reward', the last {WINDOW}; 'truncated' if the mean completions/clipped_ratio "
+        f"> {THRESHOLDS['clipped_high']}, else 'no_signal' if the mean frac_reward_zero_std > "
+        f"{THRESHOLDS['zero_std_high']}, else 'ok' (a metric never logged counts as fine)"
+    )
+    cases = flat_reward_cases(*real_histories)
+    return check_against_reference("06.2 flat_reward_cause", learner, flat_reward_cause, cases, hint=hint)
+
+
+def check_06_biggest_saving(answer: Any) -> bool:
+    """Which single fix in ``memory.OOM_FIXES`` lowers the estimated peak memory of ``memory.OOM_BASE`` the most?"""
+    singles = {label: change for label, change in OOM_FIXES.items() if not label.startswith("all")}
+    table = what_if_table(OOM_BASE, singles).drop(index="as configured")
+    expected = str(table["total_gb"].idxmin())
+    correct = isinstance(answer, str) and answer.strip() == expected
+    hint = "run what_if_table(OOM_BASE, OOM_FIXES) and compare total_gb; answer with the row's label"
+    return report("06.3 biggest memory saving", correct, hint, answer)
