@@ -265,12 +265,11 @@ def test_gsm8k_dir_is_used_without_argument(tmp_path, monkeypatch, capsys):
     assert "from folder" in capsys.readouterr().out
 
 
-def test_bad_gsm8k_dir_falls_back_with_a_warning(tmp_path, monkeypatch, sample_rows):
+def test_bad_gsm8k_dir_is_an_error_not_the_sample(tmp_path, monkeypatch):
     monkeypatch.setenv("GSM8K_DIR", str(tmp_path / "missing"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.warns(UserWarning, match="GSM8K_DIR=.*unusable"):
-        ds = load_gsm8k("train", verbose=False)
-    assert len(ds) == len(sample_rows) - SAMPLE_TEST_ROWS and "sample" in ds.info.description
+    with pytest.raises(FileNotFoundError, match=r"missing \(from GSM8K_DIR; found: the folder does not exist\)"):
+        load_gsm8k("train", verbose=False)
 
 
 def test_sample_when_offline(offline_sample, sample_rows):

@@ -7,7 +7,6 @@ import json
 import pytest
 import torch
 
-from course_utils.cpu_speed.packed_linear import GENERATE_PACKS_ITSELF
 from course_utils.lesson import models
 from course_utils.lesson.models import (
     Generation,
@@ -104,19 +103,15 @@ def test_greedy_generate_restores_training_mode_and_refuses_bad_input(offline_mo
         model.eval()
 
 
-def test_greedy_generate_packs_the_layers_unless_generate_packs_its_own(offline_model_and_tokenizer, monkeypatch):
+def test_greedy_generate_is_plain_generate_and_the_lesson_never_imports_cpu_speed(offline_model_and_tokenizer):
+    from pathlib import Path
+
     model, tokenizer = offline_model_and_tokenizer
-    packing, packed_for = models.packed_linears, []
-
-    def recording_packing(model, rows, *args, **kwargs):
-        packed_for.append(rows)
-        return packing(model, rows, *args, **kwargs)
-
-    monkeypatch.setattr(models, "packed_linears", recording_packing)
-    greedy_generate(model, tokenizer, [QUESTION, LONGER], 2)
-    monkeypatch.setattr(model, GENERATE_PACKS_ITSELF, True, raising=False)
-    greedy_generate(model, tokenizer, [QUESTION], 2)
-    assert packed_for == [2], "packed once, for the 2 chats of the first call"
+    assert greedy_generate(model, tokenizer, [QUESTION, LONGER], 2)
+    assert "generate" not in model.__dict__ and not any("forward" in m.__dict__ for m in model.modules())
+    lesson = Path(models.__file__).parent
+    imports = ("from course_utils.cpu_speed", "from course_utils import cpu_speed", "import course_utils.cpu_speed")
+    assert not [p.name for p in lesson.rglob("*.py") if any(i in p.read_text() for i in imports)]
 
 
 def test_saved_model_kind(tmp_path):
@@ -192,7 +187,6 @@ def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
     assert models.cached_model_problem(copy) is None
     assert not copy.with_name(copy.name + ".partial").exists()
     assert greedy_generate(model, tokenizer, [QUESTION], max_new_tokens=4)[0].text
-
 
 
 def test_loading_arguments_follow_the_profile_offline_and_on_the_hub():

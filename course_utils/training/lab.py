@@ -15,6 +15,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.training.monitoring import save_run_artifacts
 from course_utils.training.run import (
@@ -62,7 +63,8 @@ def run_training(
     if before_train is not None:
         before_train(trainer)
     started = time.perf_counter()
-    trainer.train()
+    with cpu_speed.enabled(trainer, profile=p):
+        trainer.train()
     train_seconds = time.perf_counter() - started
     save_run_artifacts(trainer.state.log_history, run_dir)
     final_dir = save_final(trainer, tokenizer)
@@ -97,6 +99,18 @@ def train_short_run(profile: Any = None) -> Path:
     The same whole run as notebook 04 (``run_training``), only with the ci profile's sizes.
     """
     return run_training(short_run_profile(profile)).final_dir
+
+
+STAND_IN_NOTE = "stand-in short run"
+
+
+def trained_label(label: str, is_short_run: bool) -> str:
+    """``label`` for a table, a figure or a result, marked ``(stand-in short run)`` when the model is the stand-in.
+
+    Why: notebook 05 without notebook 04's model evaluates a ci-sized run that barely trained; every table and
+    figure it feeds must say so, not only the cell that trained it.
+    """
+    return f"{label} ({STAND_IN_NOTE})" if is_short_run else label
 
 
 def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:

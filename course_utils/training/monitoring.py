@@ -6,6 +6,7 @@
 - ``training_logs`` / ``log_history_frame`` / ``reward_columns``: the GRPO entries, as dicts or a DataFrame;
 - ``LiveDashboard``: a ``TrainerCallback`` that redraws the curves at every log (notebook 04);
 - ``save_run_artifacts`` / ``load_log_history``: ``log_history.csv`` and ``dashboard.png``, and back;
+- ``StopOnInterrupt``: Ctrl-C ends a run after the step in progress, with a checkpoint of it;
 - ``compare_runs``: one metric of several saved runs, side by side (TensorBoard does it live with ``report_to``);
 - ``monitor`` / ``describe_findings``: the monitoring rules as code, each finding with what to do;
 - ``flat_reward_cause``: why a reward stays flat (truncation, groups without signal), from those rules;
@@ -15,6 +16,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -104,6 +107,42 @@ class LiveDashboard(TrainerCallback):
         return self.figure
 
 
+class StopOnInterrupt(TrainerCallback):
+    """The first Ctrl-C ends the run after the step in progress, with a checkpoint of it; a second stops at once.
+
+    Why: a plain Ctrl-C unwinds ``trainer.train`` mid-step, and every step since the last ``save_steps`` checkpoint
+    is lost. Here the trainer itself saves (``control.should_save``) and stops (``control.should_training_stop``)
+    at the end of the step, so ``resume_from_checkpoint`` continues from it. Use it as a context manager around
+    ``trainer.train``, which installs the handler (main thread only) and restores the previous one;
+    ``requested`` says afterwards whether the run was stopped.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after the step in progress, with a checkpoint of it (Ctrl-C again: stop at once).")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.requested:
+            control.should_save = True
+            control.should_training_stop = True
+
+
 def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | Path) -> dict[str, Path]:
     """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
     import matplotlib.pyplot as plt
@@ -122,12 +161,16 @@ def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | 
 
 def load_log_history(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``log_history.csv`` back (or a ``trainer_state.json``) as a list of dicts."""
-    path = Path(path)
-    if path.suffix == ".json":
-        return list(json.loads(path.read_text())["log_history"])
     import pandas as pd
 
-    frame = pd.read_csv(path)
+    path = Path(path)
+    fix = "train the run again, or pass another run folder"
+    try:
+        if path.suffix == ".json":
+            return list(json.loads(path.read_text(encoding="utf-8"))["log_history"])
+        frame = pd.read_csv(path)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path} is damaged or not a log history ({exc.__class__.__name__}: {exc}); {fix}") from exc
     return [{k: v for k, v in row.items() if pd.notna(v)} for row in frame.to_dict("records")]
 
 

@@ -9,10 +9,13 @@ and returns a plain model (the LoRA adapter merged back) for GRPO to start its o
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+from course_utils import cpu_speed
 from course_utils.core.answer_format import format_answer
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.data import build_prompt, extract_hash_answer, extract_reasoning, load_gsm8k
@@ -20,7 +23,6 @@ from course_utils.lesson.models import saved_model_kind
 from course_utils.training.run import (
     WARM_START_DIRNAME,
     WARM_START_MARKER,
-    allocator_callbacks,
     default_run_dir,
     make_lora_config,
     precision_flags,
@@ -115,12 +117,13 @@ def warm_start_lora_config(profile: Profile | str | None = None, model: Any = No
     return make_lora_config(get_profile(profile).override(lora_top_layers=None), model)
 
 
-def finish_warm_start(trainer: Any, folder: str | Path | None = None) -> Any:
+def finish_warm_start(trainer: Any, folder: str | Path | None = None, settings: dict[str, Any] | None = None) -> Any:
     """The primed plain model of a finished ``SFTTrainer`` run: LoRA merged back, marked, saved in ``folder``.
 
-    Merged, so GRPO starts its own adapter on the primed weights; marked (``WARM_START_MARKER`` on its config),
-    so ``save_final`` knows an adapter alone could not rebuild the model; saved, so notebook 05 can evaluate
-    it and a resumed run continues on exactly the same base.
+    Merged, so GRPO starts its own adapter on the primed weights; marked (``WARM_START_MARKER`` on its config,
+    with the ``settings`` that made it), so ``save_final`` knows an adapter alone could not rebuild the model and
+    a later run reuses it only under the same settings; saved, so notebook 05 can evaluate it and a resumed run
+    continues on exactly the same base.
     """
     primed = trainer.model
     if hasattr(primed, "merge_and_unload"):
@@ -129,12 +132,59 @@ def finish_warm_start(trainer: Any, folder: str | Path | None = None) -> Any:
     examples = len(trainer.train_dataset)
     seconds = round(trainer.state.log_history[-1].get("train_runtime", 0.0), 1) if trainer.state.log_history else 0.0
     steps = trainer.state.global_step
-    info = {"examples": examples, "steps": steps, "seconds": seconds}
+    info: dict[str, Any] = {"examples": examples, "steps": steps, "seconds": seconds}
+    if settings is not None:
+        info["settings"] = settings
     setattr(primed.config, WARM_START_MARKER, info)
     print(f"warm start: {examples} example{'s' * (examples != 1)}, {steps} step{'s' * (steps != 1)}, losses {losses}")
     if folder is not None:
         primed.save_pretrained(folder)
     return primed
+
+
+# Profile fields that change what a warm start learns: a saved one is reused only when they all match
+WARM_START_SETTING_FIELDS = (
+    "model_source",
+    "model_id",
+    "warm_start_examples",
+    "warm_start_learning_rate",
+    "warm_start_epochs",
+    "warm_start_batch_size",
+    "warm_start_reasoning_lines",
+    "lora_r",
+    "lora_alpha",
+    "lora_target_modules",
+)
+
+
+def warm_start_settings(profile: Profile | str | None, dataset: Any) -> dict[str, Any]:
+    """What makes a warm start: the profile's warm-start fields, its training dtype and a digest of its examples.
+
+    The digest catches what the fields cannot: other data (the sample instead of GSM8K, another target length).
+    Values are as JSON writes them (tuples as lists), so a saved copy compares equal.
+    """
+    p = get_profile(profile)
+    rows = dataset.to_list() if hasattr(dataset, "to_list") else list(dataset)
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+    fields = {name: getattr(p, name) for name in WARM_START_SETTING_FIELDS}
+    return json.loads(json.dumps({**fields, "training_dtype": p.training_dtype, "examples_sha256": digest}))
+
+
+def saved_warm_start_settings(folder: str | Path) -> dict[str, Any] | None:
+    """The settings recorded with the warm start saved in ``folder`` (None when it has none or none recorded)."""
+    path = Path(folder) / "config.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8")).get(WARM_START_MARKER) or {}
+    except (OSError, ValueError):
+        return None
+    return info.get("settings") if isinstance(info, dict) else None
+
+
+def settings_changes(saved: dict[str, Any] | None, wanted: dict[str, Any]) -> list[str]:
+    """``["warm_start_examples 1 -> 4", ...]``: how ``saved`` differs from ``wanted`` (all of it when unknown)."""
+    if saved is None:
+        return ["no settings recorded with it"]
+    return [f"{key} {saved.get(key)!r} -> {value!r}" for key, value in wanted.items() if saved.get(key) != value]
 
 
 def load_saved_warm_start(folder: str | Path, dtype: Any) -> Any:
@@ -156,7 +206,8 @@ def warm_start(
     """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
 
     The same steps notebook 04's learner writes out, in one call for scripts. ``cache``: True (the run
-    folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained.
+    folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained when the
+    settings that made it match this profile's and examples (``warm_start_settings``), and rebuilt otherwise.
     """
     from trl import SFTTrainer
 
@@ -164,15 +215,21 @@ def warm_start(
     if p.load_in_4bit:
         raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")
     folder = warm_start_model_dir(default_run_dir(p)) if cache is True else (Path(cache) if cache else None)
-    if folder is not None and (saved := load_saved_warm_start(folder, model.dtype)) is not None:
-        return saved
+    dataset = dataset if dataset is not None else warm_start_dataset(p)
+    settings = warm_start_settings(p, dataset)
+    if folder is not None and saved_model_kind(folder) == "full-model":
+        changes = settings_changes(saved_warm_start_settings(folder), settings)
+        if not changes:
+            print(f"reusing the warm start from {folder} (same settings)")
+            return load_saved_warm_start(folder, model.dtype)
+        print(f"the warm start in {folder} was made with other settings ({'; '.join(changes)}): rebuilding it")
     trainer = SFTTrainer(
         model=model,
         args=make_sft_config(p),
-        train_dataset=dataset if dataset is not None else warm_start_dataset(p),
+        train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=warm_start_lora_config(p, model),
-        callbacks=allocator_callbacks(p),
     )
-    trainer.train()
-    return finish_warm_start(trainer, folder)
+    with cpu_speed.enabled(trainer, profile=p):
+        trainer.train()
+    return finish_warm_start(trainer, folder, settings)

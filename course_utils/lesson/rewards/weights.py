@@ -35,6 +35,7 @@ DEFAULT_WEIGHTS: Mapping[str, tuple[float, ...]] = MappingProxyType(
 DEFAULT_PRESET = "initial"
 WEIGHTS_FILENAME = "reward_weights.json"
 WEIGHT_PRESETS = DEFAULT_WEIGHTS
+MAX_WEIGHT = 100.0  # the presets stay within 0-2; far above, one reward drowns the rest
 
 
 def resolve_weights(weights: Weights = "initial") -> tuple[float, ...]:
@@ -60,6 +61,32 @@ def resolve_weights(weights: Weights = "initial") -> tuple[float, ...]:
     return values
 
 
+def trainable_weights(weights: Weights = "initial") -> tuple[float, ...]:
+    """``resolve_weights``, refusing what cannot train (``weights_problem``); the reward lab may explore the rest."""
+    values = resolve_weights(weights)
+    if problem := weights_problem(values):
+        raise ValueError(f"{problem}; got {dict(zip(REWARD_NAMES, values, strict=True))}")
+    return values
+
+
+def weights_problem(values: Sequence[float]) -> str | None:
+    """Why weights cannot train (not finite, negative, all zero, above ``MAX_WEIGHT``), or None when they can.
+
+    A negative weight turns a reward into a penalty for what the course rewards, all zeros leave every group
+    without signal, and a huge one overflows the group statistics (or drowns the other rewards).
+    """
+    names = dict(zip(REWARD_NAMES, values, strict=True))
+    if bad := [n for n, w in names.items() if not math.isfinite(w)]:
+        return f"weights must be finite numbers: {bad} are not"
+    if bad := [n for n, w in names.items() if w < 0]:
+        return f"weights must be >= 0 (a negative weight punishes what the reward asks for): {bad} are negative"
+    if bad := [n for n, w in names.items() if w > MAX_WEIGHT]:
+        return f"weights must be at most {MAX_WEIGHT:g} (larger ones drown the other rewards): {bad} are larger"
+    if not any(values):
+        return "weights are all zero: every completion would get the same total and GRPO nothing to learn from"
+    return None
+
+
 def max_total_reward(weights: Weights = "initial") -> float:
     """The best weighted total one completion can earn with the corrected rewards.
 
@@ -70,8 +97,8 @@ def max_total_reward(weights: Weights = "initial") -> float:
 
 
 def grpo_reward_weights(weights: Weights = "initial") -> list[float]:
-    """The list for ``GRPOConfig(reward_weights=...)``, paired with ``reward_funcs=REWARD_FUNCS``."""
-    return list(resolve_weights(weights))
+    """The list for ``GRPOConfig(reward_weights=...)``, paired with ``reward_funcs=REWARD_FUNCS`` (checked to train)."""
+    return list(trainable_weights(weights))
 
 
 def reward_points(weights: Weights = "initial") -> dict[str, float]:
@@ -89,8 +116,8 @@ def weights_path() -> Path:
 
 
 def save_weights(weights: Weights, path: str | Path | None = None) -> Path:
-    """Write ``weights`` (checked) as ``{reward name: weight}`` JSON; return the file."""
-    values = resolve_weights(weights)
+    """Write ``weights`` (checked: they must be able to train) as ``{reward name: weight}`` JSON; return the file."""
+    values = trainable_weights(weights)
     path = Path(path) if path is not None else weights_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(zip(REWARD_NAMES, values, strict=True)), indent=1))
@@ -107,11 +134,12 @@ def load_weights(path: str | Path | None = None, default: Weights = DEFAULT_PRES
     if not path.is_file():
         print(f"No saved reward weights at {path}: using the {default!r} preset.")
         return grpo_reward_weights(default)
+    fix = "fix it, delete it, or save again with save_weights() (notebook 03)"
     try:
-        saved = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); delete it or save again with save_weights().") from exc
-    values = grpo_reward_weights(saved)
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        values = grpo_reward_weights(saved)
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: unusable reward weights ({exc}); {fix}.") from exc
     print(f"Reward weights from {path}: {values}")
     return values
 
@@ -127,5 +155,7 @@ __all__ = [
     "resolve_weights",
     "reward_points",
     "save_weights",
+    "trainable_weights",
     "weights_path",
+    "weights_problem",
 ]

@@ -1,0 +1,98 @@
+"""Checks of configuration values against their declared types and choices, with errors that name the fix.
+
+Why: a profile field or a config entry of the wrong type (``--set dtype=fp8``, ``{"num_generations": "8"}``)
+otherwise travels until a ``KeyError`` or ``TypeError`` deep inside the code that reads it, far from the typo.
+``Profile.override`` and the pre-flight check call these before anything uses the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+# Profile fields that take one of a few values (None included where the field allows it)
+PROFILE_CHOICES: Mapping[str, tuple[Any, ...]] = types.MappingProxyType(
+    {
+        "model_source": ("offline", "hub"),
+        "device": ("cpu", "cuda"),
+        "dtype": ("float32", "float16", "bfloat16"),
+        "train_dtype": (None, "auto", "float32", "float16", "bfloat16"),
+        "report_to": ("none", "tensorboard", "trackio"),
+    }
+)
+
+
+class FieldValueError(ValueError):
+    """A configuration value of the wrong type, or not one of the field's choices."""
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` fits the type annotation ``hint`` (``int``, ``float``, ``str | None``, ``tuple[str, ...]``).
+
+    ``bool`` is not an ``int`` here and an ``int`` is a ``float``, as a learner writing ``1`` or ``True`` means.
+    """
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, option) for option in typing.get_args(hint))
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(matches(item, args[0]) for item in value)
+        return len(args) == len(value) and all(matches(v, a) for v, a in zip(value, args, strict=True))
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def field_problem(
+    name: str, value: Any, hint: Any, choices: tuple[Any, ...] | None = None, shown: str | None = None
+) -> str | None:
+    """Why ``value`` cannot be field ``name`` (its type, or not one of ``choices``), or None when it can.
+
+    ``shown``: the annotation as written in the source (``"tuple[str, ...]"``), for the message.
+    """
+    if not matches(value, hint):
+        shown = shown or getattr(hint, "__name__", str(hint))
+        return f"{name}={value!r} is a {type(value).__name__}, but {name} takes {shown}"
+    if choices is not None and value not in choices:
+        return f"{name}={value!r} is not one of {list(choices)}"
+    return None
+
+
+def check_dataclass_changes(cls: type, changes: Mapping[str, Any], choices: Mapping[str, tuple[Any, ...]]) -> None:
+    """Raise ``FieldValueError`` naming every change that does not fit ``cls``'s annotations or the ``choices``."""
+    hints = typing.get_type_hints(cls)
+    written = {field.name: str(field.type) for field in dataclasses.fields(cls)}
+    problems = [
+        problem
+        for name, value in changes.items()
+        if name in hints and (problem := field_problem(name, value, hints[name], choices.get(name), written.get(name)))
+    ]
+    if problems:
+        raise FieldValueError(f"{cls.__name__}: " + "; ".join(problems))
+
+
+def check_value_types(values: Mapping[str, Any], expected: Mapping[str, Any], where: str = "config") -> None:
+    """Raise ``FieldValueError`` for each entry of ``values`` whose type is not ``expected[name]`` (others pass).
+
+    For a plain dict of settings (the pre-flight check's ``{"num_generations": 8, ...}``): ``expected`` maps a
+    field to its annotation, e.g. ``{"num_generations": int, "learning_rate": float}``.
+    """
+    problems = [
+        problem
+        for name, hint in expected.items()
+        if name in values and (problem := field_problem(name, values[name], hint))
+    ]
+    if problems:
+        raise FieldValueError(f"{where}: " + "; ".join(problems) + " (write numbers without quotes: 8, not '8').")
