@@ -33,7 +33,7 @@ def measure(setting: str) -> dict[str, float]:
     from trl.kernels.chunked_logprob import ChunkedLogProbFunction
 
     from course_utils.cpu_speed.cpu_allocator import reuse_freed_memory
-    from course_utils.training.memory import peak_rss_gb
+    from course_utils.training.memory_measurement import peak_rss_gb
 
     if setting == "reuse" and not reuse_freed_memory().applied:
         raise SystemExit("reuse_freed_memory is not available on this platform: nothing to compare")

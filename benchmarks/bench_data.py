@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
-from course_utils.lesson.data import (
-    format_gsm8k,
-    load_gsm8k,
-    measure_dataset_vs_dicts,
-    pitfall_report,
-    token_length_stats,
-)
+from transformers import AutoTokenizer
+
+from course_utils.lesson.data import load_gsm8k, measure_dataset_vs_dicts
+from course_utils.lesson.data_checks import pitfall_report
+from course_utils.lesson.formatting import format_gsm8k
+from course_utils.lesson.models import materialize_offline_model
+from course_utils.lesson.token_lengths import token_length_stats
 
 
 def seconds(function) -> float:
@@ -32,10 +32,6 @@ def main() -> None:
         key = row["job"].replace(" ", "_").replace(",", "")
         print(f"{key}_dataset_s: {row['Dataset_s']:.5f}")
         print(f"{key}_dicts_s: {row['dicts_s']:.5f}")
-    from transformers import AutoTokenizer
-
-    from course_utils.lesson.models import materialize_offline_model
-
     tokenizer = AutoTokenizer.from_pretrained(materialize_offline_model())
     print(f"token_length_stats_s: {seconds(lambda: token_length_stats(raw, tokenizer)):.3f}")
 

@@ -33,7 +33,8 @@ from peft import get_peft_model
 from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision
 from course_utils.core.profiles import get_profile
-from course_utils.cpu_speed.group_generation import adapters_beside_the_base, lean_layers
+from course_utils.cpu_speed.adapters import adapters_beside_the_base
+from course_utils.cpu_speed.lean_decoder import lean_layers
 from course_utils.cpu_speed.packed_linear import describe_kernels, fastest_kernels, packable_layers
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_model_and_tokenizer

@@ -1,8 +1,8 @@
 """Memory estimate versus the measured peak of a real GRPOTrainer run on the CPU.
 
-Runs ``course_utils.training.memory.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh Python process,
-peak resident memory (``VmHWM``) above the post-import baseline, against ``estimate_for_profile`` for the
-same settings. Prints ``name: value`` lines.
+Runs ``course_utils.training.memory_measurement.measure_grpo_step_peak``: two real GRPOTrainer steps in a fresh
+Python process, peak resident memory (``VmHWM``) above the post-import baseline, against ``estimate_for_profile``
+for the same settings. Prints ``name: value`` lines.
 
     python benchmarks/bench_memory.py                 # ci sizes, full fine-tuning (the test's setting)
     python benchmarks/bench_memory.py --lora          # ci profile as is (LoRA)
@@ -15,14 +15,9 @@ from __future__ import annotations
 import argparse
 
 from course_utils.core.profiles import get_profile
-from course_utils.training.memory import (
-    GB,
-    logprob_workspace_bytes,
-    measure_grpo_step_peak,
-    measure_logprob_workspace,
-    memory_table,
-    smollm2_spec,
-)
+from course_utils.training.memory import GB, logprob_workspace_bytes, memory_table
+from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace
+from course_utils.training.model_shape import smollm2_spec
 
 
 def main() -> None:

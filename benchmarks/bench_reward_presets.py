@@ -35,7 +35,7 @@ from course_utils.core.profiles import get_profile
 from course_utils.evaluation import heldout as evaluation
 from course_utils.lesson.rewards import REWARD_NAMES, grpo_reward_weights, max_total_reward
 from course_utils.training import run as training
-from course_utils.training.memory import peak_rss_gb
+from course_utils.training.memory_measurement import peak_rss_gb
 from course_utils.training.warm_start import warm_start
 
 PRESETS = ("initial", "tuned")

@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 from course_utils.core.profiles import get_profile
 from course_utils.training import lab, monitoring
 from course_utils.training import run as training
-from course_utils.training.memory import peak_rss_gb
+from course_utils.training.memory_measurement import peak_rss_gb
 
 
 class StepTimer(TrainerCallback):

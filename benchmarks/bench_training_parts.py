@@ -32,7 +32,8 @@ import torch
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.lesson.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
 from course_utils.training import run as training
 
 COMPLETION_LENGTHS = (45, 96)

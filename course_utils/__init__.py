@@ -6,17 +6,22 @@
     (the ``<reasoning>``/``<answer>`` layout), ``findings`` (the ``Finding`` that preflight and monitoring report),
     ``field_checks`` (config values checked against their declared types and choices).
 ``lesson``: what a learner builds, notebooks 01 to 03; imports core.
-    ``data`` (GSM8K to chat prompts), ``models`` (loading the model), ``rewards`` (a package: ``corrected``,
+    ``data`` (GSM8K read from a folder, the Hub or the sample; splits), ``formatting`` (gold answers parsed, chat
+    prompts built), ``data_checks`` (calculator notes recomputed, careless parsers measured), ``token_lengths``
+    (prompts and solutions in tokens), ``models`` (loading the model), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
     TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
     report).
 ``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
     ``run`` (config, LoRA, training prompts, trainer, saving), ``warm_start`` (the supervised start before GRPO),
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
-    ``memory`` (the memory estimate), ``lab`` (the whole lab in one call).
+    ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
+    ``memory_measurement`` (real runs' peak memory against it), ``lab`` (the whole lab in one call).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
-    ``heldout`` (generation on held-out problems, pass@k, intervals, the checkpoint curve), ``variants`` (GRPO's
-    modern variants side by side, a reward hack caught).
+    ``stats`` (Wilson intervals, the exact McNemar test), ``metrics`` (completions scored against gold answers),
+    ``tables`` (models compared on the same problems), ``heldout`` (generation on held-out problems), ``curves``
+    (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants side by side, a reward hack
+    caught).
 ``exercises``: the checks a notebook calls; imports every group above.
     ``comparison`` (verdicts, and a learner's function compared with the reference), one module a notebook
     (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``, ``nb04_train_grpo``,
@@ -25,9 +30,12 @@
 ``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and is imported
     only by training, evaluation and exercises.
     ``packed_linear`` (linear layers packed for decoding), ``group_generation`` (a GRPO group sampled in fewer
-    passes), ``completion_scoring`` (completion tokens scored only), ``logit_tiles`` (the output head's logits kept
-    for the backward), ``cpu_allocator`` (freed blocks kept in the process), ``versions`` (the library versions it
-    was tested with), ``probe`` (does the rewritten decoder layer compute what the model's computes).
+    passes, from: ``prompt_cache`` (the prompt read once per group), ``adapters`` (LoRA beside or merged into packed
+    weights), ``lean_decoder`` (a decoder layer in fewer calls), ``attention`` (one token's query heads stacked per
+    key/value head), ``sampling`` (tokens drawn by inverse CDF)), ``completion_scoring`` (completion tokens scored
+    only), ``logit_tiles`` (the output head's logits kept for the backward), ``cpu_allocator`` (freed blocks kept in
+    the process), ``versions`` (the library versions it was tested with), ``probe`` (does the rewritten decoder
+    layer compute what the model's computes).
 ``runner``: runs every notebook headless (``python -m course_utils.runner``); imports core only.
 """
 

@@ -12,9 +12,27 @@ import pytest
 
 os.environ.setdefault("COURSE_PROFILE", "ci")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# course_utils.cpu_speed.packed_linear.KERNEL_CACHE_ENV_VAR, named again: importing the plug-in here would import
+# torch and transformers before any test is collected
+KERNEL_CACHE_ENV_VAR = "COURSE_KERNEL_CACHE"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_kernel_cache(tmp_path_factory):
+    """Packed-kernel timings go to a file of this session (``COURSE_KERNEL_CACHE``), not to the learner's cache.
+
+    In the environment, so that the notebooks and scripts the tests start write there too.
+    """
+    before = os.environ.get(KERNEL_CACHE_ENV_VAR)
+    os.environ[KERNEL_CACHE_ENV_VAR] = str(tmp_path_factory.mktemp("kernel_cache") / "packed_kernels.json")
+    yield Path(os.environ[KERNEL_CACHE_ENV_VAR])
+    if before is None:
+        os.environ.pop(KERNEL_CACHE_ENV_VAR, None)
+    else:
+        os.environ[KERNEL_CACHE_ENV_VAR] = before
 
 
 @pytest.fixture(scope="session")

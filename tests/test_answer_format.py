@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from course_utils.core import answer_format as fmt
-from course_utils.lesson import data, rewards
+from course_utils.lesson import rewards
 from course_utils.training.warm_start import warm_start_target
 
 
 def test_system_prompt_shows_the_template_with_placeholders():
     layout = "<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>"
     assert f"Respond in the following format:\n{layout}" == fmt.SYSTEM_PROMPT
-    assert data.SYSTEM_PROMPT is fmt.SYSTEM_PROMPT
 
 
 def test_a_formatted_answer_is_the_strict_format_and_reads_back():

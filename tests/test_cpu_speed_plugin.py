@@ -14,12 +14,16 @@ import warnings
 import pytest
 import torch
 import trl.trainer.utils as trl_utils
+from peft import LoraConfig, get_peft_model
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.cpu_speed import versions
-from course_utils.cpu_speed.group_generation import GROUPED_SDPA
+from course_utils.cpu_speed import lean_decoder, versions
+from course_utils.cpu_speed.adapters import base_layer
+from course_utils.cpu_speed.attention import GROUPED_SDPA
+from course_utils.cpu_speed.packed_linear import StackedLinear
+from course_utils.cpu_speed.probe import lean_layer_mismatch
 from course_utils.lesson.models import build_tiny_random_model
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -39,9 +43,8 @@ def speedups_on(monkeypatch):
     assert cpu_speed.installed() == (), "a test left the plug-in installed"
 
 
-def grpo_trainer(tokenizer, tmp_path, reward, steps=1):
+def grpo_trainer(tokenizer, tmp_path, reward, steps=1, **settings):
     from datasets import Dataset
-    from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
     model = build_tiny_random_model(num_layers=2)
@@ -61,6 +64,8 @@ def grpo_trainer(tokenizer, tmp_path, reward, steps=1):
         gradient_checkpointing=False,  # as the course's CPU profiles (make_grpo_config)
         seed=0,
     )
+    for name, value in settings.items():  # GRPOConfig settings a test changes
+        setattr(config, name, value)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, layers_to_transform=[1], task_type="CAUSAL_LM")
     return GRPOTrainer(
         model=model,
@@ -273,7 +278,7 @@ def test_importing_the_package_patches_nothing():
         "import torch; multinomial = torch.multinomial\n"
         "import course_utils.cpu_speed as c\n"
         "from transformers import AttentionInterface, AttentionMaskInterface\n"
-        "from course_utils.cpu_speed.group_generation import GROUPED_SDPA\n"
+        "from course_utils.cpu_speed.attention import GROUPED_SDPA\n"
         "assert GROUPED_SDPA not in AttentionInterface._global_mapping\n"
         "assert GROUPED_SDPA not in AttentionMaskInterface._global_mapping\n"
         "assert torch.multinomial is multinomial and c.installed() == ()\n"
@@ -281,3 +286,39 @@ def test_importing_the_package_patches_nothing():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "clean" in result.stdout, result.stderr
+
+
+def test_gradient_checkpointing_leaves_out_the_parts_that_rewrite_the_training_pass(tokenizer, tmp_path, capsys):
+    """TRL's GRPOConfig turns gradient checkpointing on by default: a learner's own config may have it."""
+    checkpointed = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}}
+    trainer = grpo_trainer(tokenizer, tmp_path, length_reward, **checkpointed)
+    with cpu_speed.enabled(trainer) as speedups:
+        said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CPU speed-ups:")]
+        assert speedups.active == tuple(p for p in cpu_speed.PARTS if p not in cpu_speed.NOT_WITH_CHECKPOINTING)
+        trainer.train()
+    assert len(said) == 1 and said[0].startswith("CPU speed-ups: on (")
+    line = said[0]
+    assert all(part in line for part in cpu_speed.NOT_WITH_CHECKPOINTING) and "gradient_checkpointing=False" in line
+    with cpu_speed.enabled(trainer, parts=["score_shared_prefix_once"]) as speedups:
+        said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CPU speed-ups:")]
+    assert speedups.active == () and said[-1].startswith("CPU speed-ups: off (score_shared_prefix_once left out")
+
+
+def test_an_adapter_added_after_a_first_probe_is_probed_again(monkeypatch):
+    """The probe's answer is kept per model and what it depends on: adapters added later are checked too."""
+    # a rewrite that leaves the adapters out of the merged weights: right without adapters, wrong with them
+    monkeypatch.setattr(lean_decoder, "merged_stack", lambda group: StackedLinear([base_layer(m) for m in group]))
+    probes = []
+    monkeypatch.setattr(cpu_speed, "lean_layer_mismatch", lambda m: probes.append(m) or lean_layer_mismatch(m))
+    model = build_tiny_random_model(num_layers=2)
+    for _ in range(2):
+        with cpu_speed.for_generation(model):
+            assert cpu_speed.installed() == ("for_generation",)
+    assert len(probes) == 1, "probed once while nothing changed"
+    get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS))  # adapters injected into model
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.5)
+    with pytest.warns(UserWarning, match="differs from the layer's own forward"), cpu_speed.for_generation(model):
+        assert cpu_speed.installed() == ()
+    assert len(probes) == 2

@@ -7,8 +7,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from course_utils.cpu_speed import group_generation as gg
-from course_utils.cpu_speed.probe import lean_layer_mismatch
+from course_utils.cpu_speed import adapters as ad
+from course_utils.cpu_speed import lean_decoder as ld
+from course_utils.cpu_speed import packed_linear as pl
+from course_utils.cpu_speed.probe import lean_layer_mismatch, probe_key
 
 SIZES = dict(
     vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -52,20 +54,20 @@ def test_qwen3s_query_and_key_norms_are_reported():
 
 def test_adapters_left_out_of_the_merged_weights_are_reported(monkeypatch):
     """Only the top layer has adapters: the probe must check that kind of layer too, not just the first."""
-    monkeypatch.setattr(gg, "merged_stack", lambda modules: gg.StackedLinear([gg._base(m) for m in modules]))
+    monkeypatch.setattr(ld, "merged_stack", lambda modules: pl.StackedLinear([ad.base_layer(m) for m in modules]))
     reason = lean_layer_mismatch(tiny_model("llama"))
     assert reason is not None and "LlamaDecoderLayer" in reason
 
 
 def test_a_weight_altered_after_stacking_is_reported(monkeypatch):
-    stack = gg.StackedLinear.__init__
+    stack = pl.StackedLinear.__init__
 
     def stack_then_alter(self, layers):
         stack(self, layers)
         self.weight = self.weight.clone()
         self.weight[0, 0] += 0.5
 
-    monkeypatch.setattr(gg.StackedLinear, "__init__", stack_then_alter)
+    monkeypatch.setattr(pl.StackedLinear, "__init__", stack_then_alter)
     reason = lean_layer_mismatch(tiny_model("qwen2"))
     assert reason is not None and "Qwen2DecoderLayer" in reason and "largest difference" in reason
 
@@ -81,3 +83,15 @@ def test_the_probe_leaves_the_model_and_the_rng_as_they_were():
     assert model.config._attn_implementation == "sdpa"
     assert not any("forward" in vars(m) for m in model.modules())
     assert all(torch.equal(p, weights[name]) for name, p in model.named_parameters())
+
+
+def test_the_probe_key_changes_with_the_adapters_and_not_with_trained_values():
+    model = tiny_model("llama")
+    key = probe_key(model)
+    with torch.no_grad():
+        next(p for name, p in model.named_parameters() if "lora_B" in name).add_(1.0)
+    assert probe_key(model) == key, "trained values change nothing the probe depends on"
+    model.add_adapter("more", LoraConfig(r=2, target_modules=["gate_proj"], layers_to_transform=[0]))
+    model.base_model.set_adapter(["default", "more"])
+    assert probe_key(model) != key
+    assert probe_key(tiny_model("llama", torch.bfloat16)) != key

@@ -1,4 +1,5 @@
-"""Tests for ``course_utils.lesson.data``: every real GSM8K row, bad input, sources, prompts, splits, lengths."""
+"""Tests for GSM8K in the lesson group (``data``, ``formatting``, ``data_checks``, ``token_lengths``): every real
+GSM8K row, bad input, sources, prompts, splits, lengths."""
 
 from __future__ import annotations
 
@@ -11,35 +12,46 @@ from pathlib import Path
 import numpy as np
 import pytest
 from datasets import Dataset
+from transformers import AutoTokenizer
 
+from course_utils.core.answer_format import SYSTEM_PROMPT, extract_xml_answer
+from course_utils.exercises.nb02_gsm8k_data import check_02_completion_length, check_02_gold_answer, check_02_rows_lost
 from course_utils.lesson import data
 from course_utils.lesson.data import (
-    PITFALL_PARSERS,
     SAMPLE_TEST_ROWS,
-    SYSTEM_PROMPT,
-    GSM8KFormatError,
+    load_gsm8k,
+    load_splits,
+    measure_dataset_vs_dicts,
+    sample_path,
+    save_splits,
+    train_val_split,
+)
+from course_utils.lesson.data_checks import (
+    PITFALL_PARSERS,
     apply_pitfall,
-    build_prompt,
     calculator_notes,
     check_calculator_notes,
     evaluate_arithmetic,
-    extract_hash_answer,
-    extract_xml_answer,
-    find_bad_rows,
-    format_gsm8k,
-    load_gsm8k,
-    load_splits,
     pitfall_outcomes,
     pitfall_report,
+)
+from course_utils.lesson.formatting import (
+    GSM8KFormatError,
+    build_prompt,
+    extract_hash_answer,
+    find_bad_rows,
+    format_gsm8k,
+    format_row,
+    swapped_roles_prompt,
+)
+from course_utils.lesson.models import ModelUnavailableError, continuation_probability, materialize_offline_model
+from course_utils.lesson.plotting import plot_token_lengths
+from course_utils.lesson.token_lengths import (
     prompt_token_lengths,
     recommended_completion_length,
     reference_length_percentile,
     rows_with_short_prompts,
-    sample_path,
-    save_splits,
-    swapped_roles_prompt,
     token_length_stats,
-    train_val_split,
 )
 
 GOOD = {"question": "Ann has 2 bags of 3 apples. How many apples?", "answer": "2*3 = <<2*3=6>>6\n#### 6"}
@@ -84,10 +96,6 @@ def sample_rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
-    from course_utils.lesson.models import ModelUnavailableError, materialize_offline_model
-
     try:
         return AutoTokenizer.from_pretrained(materialize_offline_model())
     except ModelUnavailableError as exc:
@@ -225,18 +233,18 @@ def test_format_gsm8k_columns_and_content():
 
 def test_format_row_is_what_format_gsm8k_maps():
     row = {"question": "  How much?  ", "answer": "5 * 240 = 1200\n#### $1,200"}
-    assert data.format_row(row) == {
+    assert format_row(row) == {
         "prompt": build_prompt("How much?"),
         "answer": "1200",
         "question": "How much?",
         "reasoning": "5 * 240 = 1200",
     }
-    assert data.format_row(row, "Answer briefly.")["prompt"][0] == {"role": "system", "content": "Answer briefly."}
-    assert [data.format_row(row)] == format_gsm8k([row]).to_list()
+    assert format_row(row, "Answer briefly.")["prompt"][0] == {"role": "system", "content": "Answer briefly."}
+    assert [format_row(row)] == format_gsm8k([row]).to_list()
     with pytest.raises(ValueError, match="missing or empty question"):
-        data.format_row({"question": " ", "answer": "#### 7"})
+        format_row({"question": " ", "answer": "#### 7"})
     with pytest.raises(ValueError, match="no '####' marker"):
-        data.format_row({"question": "Q?", "answer": "7"})
+        format_row({"question": "Q?", "answer": "7"})
 
 
 # --- load_gsm8k sources ---------------------------------------------------------------------------
@@ -562,8 +570,6 @@ def test_real_reference_p90_is_plausible(gsm8k_dir, tokenizer):
 
 
 def test_plot_token_lengths_draws_two_panels():
-    from course_utils.lesson.plotting import plot_token_lengths
-
     fig = plot_token_lengths([10, 20, 30, 40], [5, 50, 60, 70], completion_length=55, overhead=3)
     assert len(fig.axes) == 2 and "completion limit 55" in " ".join(fig.axes[1].get_legend_handles_labels()[1])
 
@@ -575,17 +581,17 @@ def test_plot_token_lengths_draws_two_panels():
 def test_continuation_probability(offline_model_and_tokenizer):
     model, tokenizer = offline_model_and_tokenizer
     right, wrong = build_prompt(GOOD["question"]), swapped_roles_prompt(GOOD["question"])
-    chances = [data.continuation_probability(model, tokenizer, m, "<reasoning>") for m in (right, wrong)]
+    chances = [continuation_probability(model, tokenizer, m, "<reasoning>") for m in (right, wrong)]
     assert all(0 < c <= 1 for c in chances) and chances[0] != chances[1]
     with pytest.raises(ValueError, match="continuation"):
-        data.continuation_probability(model, tokenizer, right, "")
+        continuation_probability(model, tokenizer, right, "")
 
 
 # --- measurement helper and exercises ---------------------------------------------------------------
 
 
 def test_measure_dataset_vs_dicts_reports_each_job(offline_sample):
-    results = data.measure_dataset_vs_dicts(load_gsm8k("test", verbose=False), repeats=1)
+    results = measure_dataset_vs_dicts(load_gsm8k("test", verbose=False), repeats=1)
     assert [r["job"] for r in results] == [
         "iterate rows",
         "read one column",
@@ -594,16 +600,10 @@ def test_measure_dataset_vs_dicts_reports_each_job(offline_sample):
     ]
     assert all(r["Dataset_s"] > 0 and r["dicts_s"] > 0 and r["rows"] == SAMPLE_TEST_ROWS for r in results)
     with pytest.raises(ValueError, match="repeats"):
-        data.measure_dataset_vs_dicts(load_gsm8k("test", verbose=False), repeats=0)
+        measure_dataset_vs_dicts(load_gsm8k("test", verbose=False), repeats=0)
 
 
 def test_exercise_checks(capsys, sample_rows, tokenizer, offline_sample):
-    from course_utils.exercises.nb02_gsm8k_data import (
-        check_02_completion_length,
-        check_02_gold_answer,
-        check_02_rows_lost,
-    )
-
     assert check_02_gold_answer("1250") and not check_02_gold_answer("$1,250") and not check_02_gold_answer(None)
     assert "not answered yet" in capsys.readouterr().out
     train = load_gsm8k("train", verbose=False)

@@ -1,4 +1,5 @@
-"""Tests for evaluation.heldout: metrics from hand-written completions, the Wilson interval, real generation."""
+"""Tests for the evaluation group: metrics from hand-written completions, intervals and paired tests, tables,
+real generation, checkpoint curves."""
 
 from __future__ import annotations
 
@@ -6,19 +7,42 @@ import math
 from statistics import NormalDist
 
 import pytest
+import torch
+from peft import LoraConfig, get_peft_model
 
+from course_utils.evaluation import curves
+from course_utils.evaluation.curves import (
+    checkpoint_curve,
+    checkpoint_steps,
+    load_curve,
+    load_warm_start_model,
+    save_curve,
+)
 from course_utils.evaluation.heldout import (
-    RATE_METRICS,
-    change_counts,
-    compare_results,
     evaluate_model,
     evaluate_one_at_a_time,
-    fixed_and_broken,
     load_for_evaluation,
-    records_dataframe,
-    score_completions,
-    wilson_interval,
+    validation_problems,
 )
+from course_utils.evaluation.metrics import RATE_METRICS, last_number, score_completions
+from course_utils.evaluation.stats import mcnemar_exact, wilson_interval
+from course_utils.evaluation.tables import (
+    change_counts,
+    compare_results,
+    fixed_and_broken,
+    mcnemar_table,
+    paired_counts,
+    records_dataframe,
+    stage_table,
+)
+from course_utils.exercises.nb05_evaluate import (
+    check_05_checker_matters,
+    check_05_problems_needed,
+    check_05_wilson_lower,
+)
+from course_utils.lesson.data import load_gsm8k, train_val_split
+from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.lesson.plotting import plot_before_after_rates, plot_speed_and_length
 from course_utils.training.run import final_model_dir as trained_model_dir
 from course_utils.training.run import find_trained_model, warm_start_model_dir
 
@@ -259,15 +283,11 @@ def test_load_for_evaluation_rejects_a_folder_without_a_model(tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from course_utils.lesson.models import load_model_and_tokenizer
-
     return load_model_and_tokenizer("ci")
 
 
 @pytest.fixture(scope="module")
 def problems():
-    from course_utils.lesson.data import load_gsm8k
-
     return load_gsm8k("test", formatted=True, limit=3, verbose=False)
 
 
@@ -315,11 +335,6 @@ def test_evaluate_model_on_real_problems(model_and_tokenizer, problems) -> None:
 
 @pytest.mark.slow
 def test_load_trained_model_applies_the_adapter(model_and_tokenizer, tmp_path) -> None:
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    from course_utils.lesson.models import load_model_and_tokenizer
-
     base, tokenizer = load_model_and_tokenizer("ci")
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     adapted = get_peft_model(base, config)
@@ -350,8 +365,6 @@ def test_tokens_are_counted_with_the_tokenizer(model_and_tokenizer) -> None:
 
 
 def test_figures_draw_from_the_comparison_table() -> None:
-    from course_utils.lesson.plotting import plot_before_after_rates, plot_speed_and_length
-
     before = _result(COMPLETIONS)
     table = compare_results(before, _result([PERFECT] * 6), labels=("base", "trained"))
     rates = plot_before_after_rates(table)
@@ -361,12 +374,6 @@ def test_figures_draw_from_the_comparison_table() -> None:
 
 
 def test_exercise_checks(capsys) -> None:
-    from course_utils.exercises.nb05_evaluate import (
-        check_05_checker_matters,
-        check_05_problems_needed,
-        check_05_wilson_lower,
-    )
-
     assert check_05_wilson_lower(None) is False and "not answered" in capsys.readouterr().out
     assert check_05_wilson_lower(0.22) and not check_05_wilson_lower(0.5)
     z = NormalDist().inv_cdf(0.975)
@@ -380,8 +387,6 @@ def test_exercise_checks(capsys) -> None:
 
 
 def test_lenient_accuracy_reads_the_last_number(scored: dict) -> None:
-    from course_utils.evaluation.heldout import last_number
-
     assert last_number("so 3 boxes, 1,200 pencils.") == "1200"
     assert last_number("I owe -4.5 dollars") == "-4.5"
     assert last_number("no number here") == ""
@@ -415,15 +420,11 @@ def _exact_two_sided(b: int, c: int) -> float:
     ],
 )
 def test_mcnemar_exact_known_cases(b: int, c: int, expected: float) -> None:
-    from course_utils.evaluation.heldout import mcnemar_exact
-
     assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize(("b", "c"), [(7, 20), (40, 60), (480, 520), (1000, 1100), (4000, 4200)])
 def test_mcnemar_exact_matches_the_binomial_test_at_large_counts(b: int, c: int) -> None:
-    from course_utils.evaluation.heldout import mcnemar_exact
-
     assert mcnemar_exact(b, c) == pytest.approx(_exact_two_sided(b, c), rel=1e-9)
     assert mcnemar_exact(b, c) == mcnemar_exact(c, b)
     # and the normal approximation agrees at large counts (continuity-corrected McNemar)
@@ -443,15 +444,11 @@ def test_mcnemar_exact_matches_the_binomial_test_at_large_counts(b: int, c: int)
     ],
 )
 def test_mcnemar_exact_rejects_bad_counts(args: tuple, error: type, message: str) -> None:
-    from course_utils.evaluation.heldout import mcnemar_exact
-
     with pytest.raises(error, match=message):
         mcnemar_exact(*args)
 
 
 def test_paired_counts_stage_and_mcnemar_tables() -> None:
-    from course_utils.evaluation.heldout import mcnemar_table, paired_counts, stage_table
-
     golds = ["1", "2", "3", "4"]
     tagged = [f"<reasoning>\nr\n</reasoning>\n<answer>\n{g}\n</answer>" for g in golds]
     base = score_completions([f"It is {g}." for g in golds[:2]] + ["?", "?"], golds)  # right twice, no tags
@@ -471,8 +468,6 @@ def test_paired_counts_stage_and_mcnemar_tables() -> None:
 
 
 def test_checkpoint_steps_sorted_by_step(tmp_path) -> None:
-    from course_utils.evaluation.heldout import checkpoint_steps
-
     for name in ("checkpoint-10", "checkpoint-2", "checkpoint-x", "final"):
         (tmp_path / name).mkdir()
     assert [step for step, _ in checkpoint_steps(tmp_path)] == [2, 10]
@@ -480,9 +475,6 @@ def test_checkpoint_steps_sorted_by_step(tmp_path) -> None:
 
 
 def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
-    from course_utils.evaluation.heldout import validation_problems
-    from course_utils.lesson.data import load_gsm8k, train_val_split
-
     full = validation_problems("ci", size=30)
     assert len(full) == 30
     expected = train_val_split(load_gsm8k("train", formatted=True, verbose=False), 0.2, 42)["validation"]
@@ -495,10 +487,6 @@ def test_validation_problems_exclude_what_was_trained_on(gsm8k_env) -> None:
 @pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tmp_path) -> None:
     """A run folder with a warm-start model and a no-op LoRA checkpoint: step 0 and the checkpoint score alike."""
-    from peft import LoraConfig, get_peft_model
-
-    from course_utils.evaluation.heldout import checkpoint_curve, load_curve, load_warm_start_model, save_curve
-
     model, _ = model_and_tokenizer
     assert load_warm_start_model("ci", tmp_path) is None  # no warm start in this run
     model.save_pretrained(warm_start_model_dir(tmp_path))
@@ -518,29 +506,24 @@ def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
     model_and_tokenizer, problems, tmp_path, monkeypatch
 ):
     """Checkpoint 1 moves the weights, checkpoint 2 is a no-op adapter: step 2 is evaluated on step 0's weights."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    from course_utils.evaluation import heldout as evaluation
-
     model, _ = model_and_tokenizer
     model.save_pretrained(warm_start_model_dir(tmp_path))
     for step, scale in ((1, 0.5), (2, 0.0)):
         torch.manual_seed(step)
-        adapter = get_peft_model(evaluation.load_warm_start_model("ci", tmp_path)[0], LoraConfig(
+        adapter = get_peft_model(load_warm_start_model("ci", tmp_path)[0], LoraConfig(
             r=2, target_modules=["q_proj"], layers_to_transform=[0], task_type="CAUSAL_LM"))
         for name, weight in adapter.named_parameters():
             if "lora_B" in name:
                 torch.nn.init.normal_(weight, std=scale) if scale else torch.nn.init.zeros_(weight)
         adapter.save_pretrained(tmp_path / f"checkpoint-{step}")
-    evaluated, evaluate = [], evaluation.evaluate_model
+    evaluated, evaluate = [], curves.evaluate_model
 
     def recording(model, *args, **kwargs):
         evaluated.append(model.model.layers[0].self_attn.q_proj.weight.detach().clone())
         return evaluate(model, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "evaluate_model", recording)
-    curve = evaluation.checkpoint_curve("ci", tmp_path, problems.select(range(1)), batch_size=1, max_new_tokens=2)
+    monkeypatch.setattr(curves, "evaluate_model", recording)
+    curve = checkpoint_curve("ci", tmp_path, problems.select(range(1)), batch_size=1, max_new_tokens=2)
     assert [point["step"] for point in curve] == [0, 1, 2]
     assert not torch.equal(evaluated[1], evaluated[0]), "checkpoint 1's adapter was not merged"
     assert torch.equal(evaluated[2], evaluated[0]), "checkpoint 2 was merged into weights checkpoint 1 had changed"

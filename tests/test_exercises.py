@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from course_utils.core.answer_format import TAGS
+from course_utils.core.answer_format import SYSTEM_PROMPT, TAGS
 from course_utils.core.profiles import get_profile
 from course_utils.exercises import comparison
 from course_utils.exercises import nb00_setup as nb00
@@ -20,7 +20,6 @@ from course_utils.exercises import nb05_evaluate as nb05
 from course_utils.exercises import nb06_troubleshooting as nb06
 from course_utils.exercises import nb07_grpo_variants as nb07
 from course_utils.exercises import nb99_cpu_speed as nb99
-from course_utils.lesson.data import SYSTEM_PROMPT
 from course_utils.lesson.rewards import answers_match, classic, completion_texts, extract_xml_answer, plain_number
 
 
@@ -146,7 +145,7 @@ def test_refusing_with_another_kind_of_error_is_a_difference():
 
 
 def test_a_subclass_of_a_builtin_error_is_matched_by_the_builtin():
-    from course_utils.lesson.data import GSM8KFormatError
+    from course_utils.lesson.formatting import GSM8KFormatError
 
     def reference(text):
         raise GSM8KFormatError("bad")
@@ -244,7 +243,7 @@ def test_check_01_losses():
     assert not nb01.check_01_sequence_mean_loss(token_mean_loss)
 
 
-# --- 02: the learner's parser, prompt and mapping against course_utils.lesson.data ---------------------------
+# --- 02: the learner's parser, prompt and mapping against course_utils.lesson.formatting ---------------------------
 
 
 def learner_extract(text):

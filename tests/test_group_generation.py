@@ -12,8 +12,13 @@ from peft import LoraConfig, get_peft_model
 from transformers import GenerationConfig
 from transformers.cache_utils import DynamicLayer
 
+from course_utils.cpu_speed import adapters as ad
+from course_utils.cpu_speed import attention as at
 from course_utils.cpu_speed import group_generation as gg
+from course_utils.cpu_speed import lean_decoder as ld
 from course_utils.cpu_speed import packed_linear as pl
+from course_utils.cpu_speed import prompt_cache as pc
+from course_utils.cpu_speed import sampling as sm
 from course_utils.lesson.models import build_tiny_random_model
 
 PAD = 0
@@ -58,15 +63,15 @@ def generate(model, inputs, **kwargs):
 
 def test_group_sizes_follow_runs_of_identical_rows():
     ids = torch.tensor([[1, 2], [1, 2], [3, 4], [1, 2]])
-    assert gg.group_sizes(ids) == [2, 1, 1]
+    assert pc.group_sizes(ids) == [2, 1, 1]
     mask = torch.tensor([[1, 1], [0, 1], [1, 1], [1, 1]])
-    assert gg.group_sizes(ids, mask) == [1, 1, 1, 1]
+    assert pc.group_sizes(ids, mask) == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("bad", [torch.tensor([1, 2, 3]), torch.zeros(0, 4, dtype=torch.long)])
 def test_group_sizes_refuse_a_tensor_that_is_not_rows_of_tokens(bad):
     with pytest.raises(ValueError, match="non-empty \\(rows, tokens\\)"):
-        gg.group_sizes(bad)
+        pc.group_sizes(bad)
 
 
 @pytest.mark.parametrize(
@@ -79,13 +84,13 @@ def test_group_sizes_refuse_a_tensor_that_is_not_rows_of_tokens(bad):
 )
 def test_nothing_to_share_falls_back_to_plain_generate(rows):
     ids = torch.tensor(rows)
-    assert gg.shared_prompt_cache(lora_model(), ids, torch.ones_like(ids)) is None
+    assert pc.shared_prompt_cache(lora_model(), ids, torch.ones_like(ids)) is None
 
 
 def test_shared_cache_holds_every_prompt_token_but_the_last_for_every_row():
     inputs = grouped_prompts()
     with torch.no_grad():
-        cache = gg.shared_prompt_cache(lora_model(), inputs["input_ids"], inputs["attention_mask"])
+        cache = pc.shared_prompt_cache(lora_model(), inputs["input_ids"], inputs["attention_mask"])
     assert cache.get_seq_length() == inputs["input_ids"].shape[1] - 1
     assert cache.layers[0].keys.shape[0] == inputs["input_ids"].shape[0]
 
@@ -130,7 +135,7 @@ def test_sampled_completions_are_drawn_from_the_policys_probabilities():
 def test_the_sampler_draws_each_entry_as_often_as_its_probability():
     probs = torch.tensor([[0.5, 0.0, 0.2, 0.3], [0.0, 2.0, 0.0, 6.0]])  # the second row is not normalised
     generator = torch.Generator().manual_seed(0)
-    draws = torch.cat([gg.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
+    draws = torch.cat([sm.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
     expected = probs / probs.sum(-1, keepdim=True)
     for row in range(2):
         counts = torch.bincount(draws[row], minlength=4).double() / draws.shape[1]
@@ -140,28 +145,28 @@ def test_the_sampler_draws_each_entry_as_often_as_its_probability():
 
 def test_the_two_step_draw_over_many_blocks_draws_each_entry_as_often_as_its_probability():
     """A vocabulary of 3 blocks and a part: empty blocks, a lone entry, entries spread over every block."""
-    vocabulary = 2 * gg.SAMPLING_BLOCK + gg.SAMPLING_BLOCK // 2 + 7
+    vocabulary = 2 * sm.SAMPLING_BLOCK + sm.SAMPLING_BLOCK // 2 + 7
     probs = torch.zeros(2, vocabulary)
-    probs[0, [3, gg.SAMPLING_BLOCK - 1, 2 * gg.SAMPLING_BLOCK + 5, vocabulary - 1]] = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    probs[0, [3, sm.SAMPLING_BLOCK - 1, 2 * sm.SAMPLING_BLOCK + 5, vocabulary - 1]] = torch.tensor([0.1, 0.2, 0.3, 0.4])
     probs[1] = torch.rand(vocabulary, generator=torch.Generator().manual_seed(1))
-    probs[1, gg.SAMPLING_BLOCK : 2 * gg.SAMPLING_BLOCK] = 0.0  # the second block is empty
+    probs[1, sm.SAMPLING_BLOCK : 2 * sm.SAMPLING_BLOCK] = 0.0  # the second block is empty
     generator = torch.Generator().manual_seed(0)
-    draws = torch.cat([gg.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
+    draws = torch.cat([sm.inverse_cdf_sample(probs, generator) for _ in range(20_000)], 1)
     assert draws.min() >= 0 and draws.max() < vocabulary
     expected = (probs / probs.sum(-1, keepdim=True)).double()
     counts = torch.stack([torch.bincount(row, minlength=vocabulary) for row in draws]).double() / draws.shape[1]
     assert counts[expected == 0].sum() == 0, "an entry of probability 0 was drawn"
     assert torch.allclose(counts[0], expected[0], atol=0.015)
-    blocks = -(-vocabulary // gg.SAMPLING_BLOCK)
-    padded = torch.nn.functional.pad(counts[1] - expected[1], (0, blocks * gg.SAMPLING_BLOCK - vocabulary))
+    blocks = -(-vocabulary // sm.SAMPLING_BLOCK)
+    padded = torch.nn.functional.pad(counts[1] - expected[1], (0, blocks * sm.SAMPLING_BLOCK - vocabulary))
     assert padded.view(blocks, -1).sum(-1).abs().max() < 0.015, "each block drawn as often as its total"
-    by_half = padded.view(-1, gg.SAMPLING_BLOCK // 2).sum(-1)
+    by_half = padded.view(-1, sm.SAMPLING_BLOCK // 2).sum(-1)
     assert by_half.abs().max() < 0.015, "within a block, each part drawn as often as its share"
 
 
 def test_the_sampler_replaces_multinomial_only_for_one_cpu_draw_per_row():
     probs, multinomial = torch.tensor([[0.1, 0.9], [0.7, 0.3]]), torch.multinomial
-    with gg.sampling_by_inverse_cdf():
+    with sm.sampling_by_inverse_cdf():
         assert torch.multinomial(probs, 1).shape == (2, 1)
         assert torch.multinomial(probs, 2).shape == (2, 2)  # several draws: torch's own multinomial
         with pytest.raises(RuntimeError, match="probability tensor contains"):
@@ -212,17 +217,17 @@ def test_the_grouped_attention_is_registered_only_while_generating():
     from transformers import AttentionInterface, AttentionMaskInterface
 
     registries = (AttentionInterface._global_mapping, AttentionMaskInterface._global_mapping)
-    assert all(gg.GROUPED_SDPA not in registry for registry in registries)
-    with gg.grouped_attention_registered():
-        assert all(gg.GROUPED_SDPA in registry for registry in registries)
-    assert all(gg.GROUPED_SDPA not in registry for registry in registries)
-    AttentionInterface.register(gg.GROUPED_SDPA, print)  # an entry there before is put back
+    assert all(at.GROUPED_SDPA not in registry for registry in registries)
+    with at.grouped_attention_registered():
+        assert all(at.GROUPED_SDPA in registry for registry in registries)
+    assert all(at.GROUPED_SDPA not in registry for registry in registries)
+    AttentionInterface.register(at.GROUPED_SDPA, print)  # an entry there before is put back
     try:
-        with gg.grouped_attention_registered():
-            assert AttentionInterface._global_mapping[gg.GROUPED_SDPA] is gg.grouped_query_sdpa
-        assert AttentionInterface._global_mapping[gg.GROUPED_SDPA] is print
+        with at.grouped_attention_registered():
+            assert AttentionInterface._global_mapping[at.GROUPED_SDPA] is at.grouped_query_sdpa
+        assert AttentionInterface._global_mapping[at.GROUPED_SDPA] is print
     finally:
-        AttentionInterface._global_mapping.pop(gg.GROUPED_SDPA)
+        AttentionInterface._global_mapping.pop(at.GROUPED_SDPA)
 
 
 def test_a_model_without_adapters_generates_as_before():
@@ -279,15 +284,15 @@ def adapters_of(layers):
 def test_adapters_run_beside_the_base_as_peft_computes_them_and_the_model_is_restored(dtype):
     """fp32 adapters added to the base output: PEFT's own output without autocast (a bf16 base to bf16 rounding)."""
     model = lora_model(dtype)
-    layers = gg.lora_layers(model)
-    assert layers and all(gg.plain_lora(layer) for layer in layers)
+    layers = ad.lora_layers(model)
+    assert layers and all(ad.plain_lora(layer) for layer in layers)
     assert layers[0].lora_A["default"].weight.dtype == torch.float32, "peft keeps the adapters in fp32"
     x = torch.randn(2, 3, layers[0].in_features, generator=torch.Generator().manual_seed(0)).to(dtype)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     with torch.no_grad():
         expected = [layer(x) for layer in layers[:2]]
         base = layers[0].get_base_layer()(x)
-        with gg.adapters_beside_the_base(model) as idle:
+        with ad.adapters_beside_the_base(model) as idle:
             assert idle == adapters_of(layers)
             got = [layer(x) for layer in layers[:2]]
     for g, e in zip(got, expected, strict=True):
@@ -299,15 +304,15 @@ def test_adapters_run_beside_the_base_as_peft_computes_them_and_the_model_is_res
 
 def test_layers_that_are_not_plain_lora_run_their_adapters_as_usual():
     model = lora_model()
-    quantized, dropping, disabled, biased = gg.lora_layers(model)[:4]
+    quantized, dropping, disabled, biased = ad.lora_layers(model)[:4]
     quantized.get_base_layer().weight.data = quantized.get_base_layer().weight.data.to(torch.int8)
     dropping.lora_dropout["default"] = torch.nn.Dropout(0.1).train()
     disabled.enable_adapters(False)
     biased.lora_B["default"].bias = torch.nn.Parameter(torch.ones(biased.out_features))
-    assert not any(gg.plain_lora(layer) for layer in (quantized, dropping, disabled, biased))
-    with gg.adapters_beside_the_base(model) as idle:
+    assert not any(ad.plain_lora(layer) for layer in (quantized, dropping, disabled, biased))
+    with ad.adapters_beside_the_base(model) as idle:
         unchanged = (quantized, dropping, disabled, biased)
-        assert not {id(m) for layer in unchanged for m in gg.adapter_modules(layer)} & set(map(id, idle))
+        assert not {id(m) for layer in unchanged for m in ad.adapter_modules(layer)} & set(map(id, idle))
         assert all("forward" not in layer.__dict__ for layer in unchanged)
 
 
@@ -317,7 +322,7 @@ def test_a_layer_keeps_its_base_bias_and_adds_every_active_adapter():
     config = LoraConfig(r=2, target_modules=["0"], lora_dropout=0.0, init_lora_weights=False)
     model = get_peft_model(wrapper, config)
     model.add_adapter("second", LoraConfig(r=3, target_modules=["0"], init_lora_weights=False))
-    layer = gg.lora_layers(model)[0]
+    layer = ad.lora_layers(model)[0]
     layer.set_adapter(["default", "second"])
     x = torch.randn(4, 8).bfloat16()
     with torch.no_grad():
@@ -325,7 +330,7 @@ def test_a_layer_keeps_its_base_bias_and_adds_every_active_adapter():
             (x.float() @ layer.lora_A[n].weight.float().t()) @ layer.lora_B[n].weight.float().t() * layer.scaling[n]
             for n in ("default", "second")
         )
-        with gg.adapters_beside_the_base(model) as idle:
+        with ad.adapters_beside_the_base(model) as idle:
             assert len(idle) == 4, "two adapters, each with A and B"
             got = layer(x)
     assert torch.allclose(got.float(), exact, atol=5e-2, rtol=2e-2), (got.float() - exact).abs().max()
@@ -334,11 +339,11 @@ def test_a_layer_keeps_its_base_bias_and_adds_every_active_adapter():
 def test_under_autocast_a_layer_computes_as_peft_does():
     """Under the trainer's autocast the adapters run as PEFT runs them there."""
     model = lora_model()
-    layer = gg.lora_layers(model)[0]
+    layer = ad.lora_layers(model)[0]
     x = torch.randn(3, layer.in_features)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = layer(x)
-        with gg.adapters_beside_the_base(model):
+        with ad.adapters_beside_the_base(model):
             got = layer(x)
     assert torch.equal(got, expected)
 
@@ -368,7 +373,7 @@ def test_grouped_query_attention_equals_transformers_sdpa_for_one_new_token(mask
         mask = torch.ones(4, 1, 1, 7, dtype=torch.bool)
         mask[0, ..., :2] = False
     expected, _ = sdpa_attention_forward(Attention(groups), query, key, value, mask, scaling=0.3)
-    got, weights = gg.grouped_query_sdpa(Attention(groups), query, key, value, mask, scaling=0.3)
+    got, weights = at.grouped_query_sdpa(Attention(groups), query, key, value, mask, scaling=0.3)
     assert weights is None and got.shape == expected.shape == (4, 1, 2 * groups, 8)
     assert torch.allclose(got, expected, atol=1e-6)
 
@@ -377,8 +382,8 @@ def test_grouped_query_attention_leaves_a_prompt_to_transformers(monkeypatch):
     """Several query tokens (the prompt) go to transformers' own sdpa attention, unchanged."""
     query, key, value = attention_inputs(rows=2, kv_heads=2, groups=3, tokens=5, queries=5)
     calls = []
-    monkeypatch.setattr(gg, "sdpa_attention_forward", lambda *args, **kwargs: calls.append(args) or ("theirs", None))
-    assert gg.grouped_query_sdpa(Attention(3), query, key, value, None, scaling=0.3) == ("theirs", None)
+    monkeypatch.setattr(at, "sdpa_attention_forward", lambda *args, **kwargs: calls.append(args) or ("theirs", None))
+    assert at.grouped_query_sdpa(Attention(3), query, key, value, None, scaling=0.3) == ("theirs", None)
     assert len(calls) == 1
 
 
@@ -387,10 +392,10 @@ def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa(monkeypatch)
     base = model.get_base_model()
     assert base.config._attn_implementation == "sdpa"
     seen = []
-    real = gg.grouped_query_sdpa
-    monkeypatch.setattr(gg, "grouped_query_sdpa", lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
+    real = at.grouped_query_sdpa
+    monkeypatch.setattr(at, "grouped_query_sdpa", lambda *a, **k: seen.append(a[1].shape[2]) or real(*a, **k))
     generate(model, grouped_prompts(), do_sample=False)
-    assert gg.GROUPED_SDPA not in gg.AttentionInterface._global_mapping, "registered only while generating"
+    assert at.GROUPED_SDPA not in at.AttentionInterface._global_mapping, "registered only while generating"
     assert 1 in seen, "one new token at a time went through the grouped attention"
     assert base.config._attn_implementation == "sdpa"
 
@@ -398,7 +403,7 @@ def test_generate_attends_grouped_and_the_model_is_put_back_to_sdpa(monkeypatch)
 def test_a_model_on_another_attention_is_left_on_it():
     model = build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=2).eval()
     model.set_attn_implementation("eager")
-    with gg.grouped_query_decoding(model):
+    with at.grouped_query_decoding(model):
         assert model.config._attn_implementation == "eager"
     assert model.config._attn_implementation == "eager"
 
@@ -420,7 +425,7 @@ def every_layer_packed(monkeypatch, kernel_for=packing_kernel):
         return {(tuple(layer.weight.shape), layer.weight.dtype): kernel_for(layer.weight.dtype) for layer in layers}
 
     monkeypatch.setattr(pl, "fastest_kernels", each_layer)
-    monkeypatch.setattr(gg, "stacked_kernels", lambda groups, rows: [kernel_for(g[0].weight.dtype) for g in groups])
+    monkeypatch.setattr(ld, "stacked_kernels", lambda groups, rows: [kernel_for(g[0].weight.dtype) for g in groups])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -432,11 +437,11 @@ def test_a_training_run_keeps_the_frozen_packs_and_drops_them_at_its_end(dtype, 
     kept = run.enter_context(gg.keeping_frozen_packs(model))
     inputs = grouped_prompts()
     first = generate(model, inputs, do_sample=False)
-    groups = [group for layer in gg.decoder_layers_of(model) for group in gg.stacked_groups(layer).values()]
-    merged = [group for group in groups if dtype == torch.float32 and any(gg.lora_layers(m) for m in group)]
+    groups = [group for layer in ld.decoder_layers_of(model) for group in ld.stacked_groups(layer).values()]
+    merged = [group for group in groups if dtype == torch.float32 and any(ad.lora_layers(m) for m in group)]
     assert len(merged) == (4 if dtype == torch.float32 else 0), "fp32: q/k/v and gate/up have adapters to merge"
-    fresh = {id(gg._base(m)) for group in merged for m in group}  # packed again at each call, adapters merged in
-    in_groups = {id(gg._base(m)) for group in groups for m in group}
+    fresh = {id(ad.base_layer(m)) for group in merged for m in group}  # packed again at each call, adapters merged in
+    in_groups = {id(ad.base_layer(m)) for group in groups for m in group}
     head_packed = packing_kernel(dtype) != "linear"  # F.linear needs no pack, so none is kept for the output head
     frozen = [
         layer
@@ -480,7 +485,7 @@ def random_states(tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_a_preallocated_layer_holds_what_a_dynamic_layer_holds_past_its_room():
     dynamic = DynamicLayer()
     dynamic.update(*random_states(5, seed=0))
-    roomy = gg.PreallocatedLayer(dynamic.keys.clone(), dynamic.values.clone(), room=2)
+    roomy = pc.PreallocatedLayer(dynamic.keys.clone(), dynamic.values.clone(), room=2)
     for step in range(1, 6):  # the third new token overflows the room: the buffers double
         new = random_states(1, seed=step)
         expected, got = dynamic.update(*new), roomy.update(*new)
@@ -490,7 +495,7 @@ def test_a_preallocated_layer_holds_what_a_dynamic_layer_holds_past_its_room():
 
 def test_a_preallocated_layer_concatenates_states_of_another_dtype_as_a_dynamic_layer_does():
     keys, values = random_states(4, seed=0)
-    roomy, dynamic = gg.PreallocatedLayer(keys.bfloat16(), values.bfloat16(), room=8), DynamicLayer()
+    roomy, dynamic = pc.PreallocatedLayer(keys.bfloat16(), values.bfloat16(), room=8), DynamicLayer()
     dynamic.update(keys.bfloat16(), values.bfloat16())
     new = random_states(1, seed=5)
     expected, got = dynamic.update(*new), roomy.update(*new)
@@ -501,7 +506,7 @@ def test_a_preallocated_layer_concatenates_states_of_another_dtype_as_a_dynamic_
 def test_a_preallocated_layer_holds_what_a_dynamic_layer_holds_after_a_crop_or_a_batch_selection():
     keys, values = random_states(4, seed=0)
     for change in (lambda layer: layer.crop(-1), lambda layer: layer.batch_select_indices(torch.tensor([1]))):
-        roomy, dynamic = gg.PreallocatedLayer(keys, values, room=8), DynamicLayer()
+        roomy, dynamic = pc.PreallocatedLayer(keys, values, room=8), DynamicLayer()
         dynamic.update(keys, values)
         change(roomy), change(dynamic)
         new = random_states(1, seed=5)
@@ -513,11 +518,11 @@ def test_the_shared_cache_gets_room_for_the_new_token_budget():
     inputs = grouped_prompts()
     model = lora_model()
     with torch.no_grad():
-        cache = gg.with_room(gg.shared_prompt_cache(model, inputs["input_ids"], inputs["attention_mask"]), 9)
-    assert all(type(layer) is gg.PreallocatedLayer for layer in cache.layers)
+        cache = pc.with_room(pc.shared_prompt_cache(model, inputs["input_ids"], inputs["attention_mask"]), 9)
+    assert all(type(layer) is pc.PreallocatedLayer for layer in cache.layers)
     assert cache.layers[0]._key_buffer.shape[-2] == inputs["input_ids"].shape[1] - 1 + 9
-    assert gg.new_token_budget(model, {"max_new_tokens": 7}) == 7
-    assert gg.new_token_budget(model, {"generation_config": GenerationConfig(max_new_tokens=5)}) == 5
+    assert pc.new_token_budget(model, {"max_new_tokens": 7}) == 7
+    assert pc.new_token_budget(model, {"generation_config": GenerationConfig(max_new_tokens=5)}) == 5
 
 
 def test_the_prompt_is_read_as_generate_reads_it_when_the_trainer_wraps_forward_in_autocast():
@@ -579,7 +584,7 @@ def test_lean_layers_give_the_layers_own_logits(dtype, monkeypatch):
     calls = decode_calls(monkeypatch)
     lean = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
     assert calls == [], "the shared prompt and every new token run through the lean layers"
-    monkeypatch.setattr(gg, "lean_layers", lambda *args, **kwargs: contextlib.nullcontext(gg.LeanLayers([], {})))
+    monkeypatch.setattr(gg, "lean_layers", lambda *args, **kwargs: contextlib.nullcontext(ld.LeanLayers([], {})))
     own = generate(model, inputs, do_sample=False, output_logits=True, return_dict_in_generate=True)
     assert 1 in calls and calls[0] > 1, "without lean layers the layers' own forward reads the prompt and decodes"
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
@@ -590,16 +595,16 @@ def test_lean_layers_give_the_layers_own_logits(dtype, monkeypatch):
 def test_lean_layers_leave_other_calls_and_layers_to_their_own_forward(monkeypatch):
     every_layer_packed(monkeypatch)
     model = lora_model()
-    layers = gg.decoder_layers_of(model)
+    layers = ld.decoder_layers_of(model)
     sentinel = layers[0].forward
     layers[0].forward = sentinel  # a forward of its own (the training pass's), given back on exit
     dora = get_peft_model(
         build_tiny_random_model(vocab_size=128, hidden_size=32, num_layers=1),
         LoraConfig(r=4, target_modules=["q_proj"], use_dora=True),
     )
-    assert gg.stacked_groups(gg.decoder_layers_of(dora)[0]) is None, "DoRA: not plain LoRA"
-    assert gg.stacked_groups(torch.nn.Linear(2, 2)) is None, "not a decoder layer"
-    assert gg.decoder_layers_of(torch.nn.Linear(2, 2)) == []
+    assert ld.stacked_groups(ld.decoder_layers_of(dora)[0]) is None, "DoRA: not plain LoRA"
+    assert ld.stacked_groups(torch.nn.Linear(2, 2)) is None, "not a decoder layer"
+    assert ld.decoder_layers_of(torch.nn.Linear(2, 2)) == []
     with torch.no_grad(), gg.lean_layers(model, rows=2) as lean:
         assert len(lean.stood_for) == 7 * len(layers), "q, k, v, o, gate, up and down of every layer"
         intermediate = layers[0].mlp.down_proj.in_features

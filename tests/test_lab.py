@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from course_utils.core.profiles import get_profile
+from course_utils.training import lab
 from course_utils.training.lab import SHORT_RUN_FIELDS, short_run_profile, trained_model_or_short_run
+from course_utils.training.run import GenerationBatchError, default_run_dir
 from course_utils.training.run import final_model_dir as trained_model_dir
 
 
@@ -39,3 +41,23 @@ def test_a_short_run_on_disk_is_reused_without_training(outputs, capsys) -> None
     assert trained_model_or_short_run("cpu") == (folder, True)
     said = capsys.readouterr().out
     assert "run notebook 04" in said and "short run already on disk" in said
+
+
+def test_a_bad_setting_leaves_the_previous_run_on_disk(outputs, monkeypatch) -> None:
+    """``run_training`` builds the config, the model and the trainer before it clears the run folder."""
+    profile = get_profile("ci").override(warm_start_examples=0)
+    earlier = default_run_dir(profile) / "checkpoint-2"
+    earlier.mkdir(parents=True)
+    loaded = []
+    monkeypatch.setattr(lab, "load_model_for_training", lambda p: loaded.append(p) or (object(), object()))
+    with pytest.raises(GenerationBatchError):  # the config: 3 completions make no whole group of 2
+        lab.run_training(profile.override(per_device_train_batch_size=3))
+    assert not loaded, "a bad config stops the run before the model is loaded"
+
+    def refuse(*args, **kwargs):
+        raise ValueError("the trainer refuses this model")
+
+    monkeypatch.setattr(lab, "build_trainer", refuse)
+    with pytest.raises(ValueError, match="refuses"):
+        lab.run_training(profile)
+    assert loaded and earlier.is_dir(), "the previous run's checkpoint is still there"

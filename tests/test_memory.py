@@ -3,8 +3,12 @@ and its total against the measured peak of a real GRPOTrainer run on the CPU (wi
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
+from peft import LoraConfig, get_peft_model
 
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import get_profile
@@ -14,20 +18,17 @@ from course_utils.training.memory import (
     GB,
     GPU_MEMORY_GB,
     LOGPROB_BACKWARD_TILES,
-    QWEN25_05B,
-    ModelSpec,
+    RunSettings,
     estimate_for_profile,
     estimate_memory,
     logprob_workspace_bytes,
-    measure_grpo_step_peak,
-    measure_logprob_workspace,
     memory_table,
     merged_group_parameters,
-    peak_rss_gb,
-    smollm2_spec,
-    spec_from_config,
+    vllm_reservation_gb,
     what_if_table,
 )
+from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace, peak_rss_gb
+from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_from_config
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,6 @@ def test_smollm2_spec_counts_the_real_model(smollm2):
 
 
 def test_lora_count_matches_peft(smollm2):
-    from peft import LoraConfig, get_peft_model
-
     model, _ = load_model_and_tokenizer("ci")
     targets = ("q_proj", "v_proj", "down_proj")
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=list(targets), task_type="CAUSAL_LM"))
@@ -216,6 +215,16 @@ def test_what_if_table_starts_from_the_profile():
     assert table.loc["no checkpointing", "activations_gb"] > table.loc["as configured", "activations_gb"]
 
 
+def test_settings_and_overrides_give_the_same_estimate():
+    settings = RunSettings(dtype="bfloat16", use_lora=True, per_device_train_batch_size=4, device="cpu")
+    by_name = estimate_memory(QWEN25_05B, dtype="bfloat16", use_lora=True, per_device_train_batch_size=4)
+    assert estimate_memory(QWEN25_05B, settings) == by_name
+    assert estimate_memory(QWEN25_05B, settings, beta=0.04).notes, "an override changes one field, keeps the rest"
+    assert estimate_memory(QWEN25_05B, settings, label="mine").label == "mine"
+    with pytest.raises(TypeError, match="batch_sise"):
+        estimate_memory(QWEN25_05B, batch_sise=4)
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="dtype"):
         estimate_memory(QWEN25_05B, dtype="int8")
@@ -294,12 +303,9 @@ def test_log_softmax_measurement_bad_input():
 
 def test_peak_rss_of_a_child_is_its_own():
     """ru_maxrss would hand a child its parent's peak (Linux, fork/vfork + exec); peak_rss_gb must not."""
-    import subprocess
-    import sys
-
     ballast = bytearray(1536 * 2**20)  # 1.5 GiB resident here: far above a child that imports torch (~0.5 GB)
     ballast[::4096] = b"x" * len(ballast[::4096])
-    code = "from course_utils.training.memory import peak_rss_gb; print(peak_rss_gb())"
+    code = "from course_utils.training.memory_measurement import peak_rss_gb; print(peak_rss_gb())"
     child = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert peak_rss_gb() > 1.5 > child > 0.005, (peak_rss_gb(), child)
     del ballast
@@ -325,8 +331,6 @@ def test_memory_table_has_the_gpu_profile_on_a100_and_h100_with_vllm():
 
 
 def test_vllm_reservation_needs_a_gpu_size_and_a_vllm_profile():
-    from course_utils.training.memory import vllm_reservation_gb
-
     assert vllm_reservation_gb("gpu", None) == 0.0
     assert vllm_reservation_gb("colab-t4", 15.0) == 0.0
     assert vllm_reservation_gb("gpu", 40.0) == pytest.approx(12.0)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
+from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from course_utils.lesson import models
 from course_utils.lesson.models import (
@@ -53,8 +57,6 @@ def test_offline_model_is_a_plain_trainable_model(offline_model_and_tokenizer):
 @pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_weights_match_the_gguf_file():
     """The materialized weights are the GGUF weights, de-quantized, not a fresh random init."""
-    from transformers import AutoModelForCausalLM
-
     source = models.gguf_path()
     gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     plain = AutoModelForCausalLM.from_pretrained(materialized_model_dir())
@@ -104,8 +106,6 @@ def test_greedy_generate_restores_training_mode_and_refuses_bad_input(offline_mo
 
 
 def test_greedy_generate_is_plain_generate_and_the_lesson_never_imports_cpu_speed(offline_model_and_tokenizer):
-    from pathlib import Path
-
     model, tokenizer = offline_model_and_tokenizer
     assert greedy_generate(model, tokenizer, [QUESTION, LONGER], 2)
     assert "generate" not in model.__dict__ and not any("forward" in m.__dict__ for m in model.modules())
@@ -149,8 +149,6 @@ def test_each_profile_names_the_dtype_its_model_loads_in():
 
 def _damaged_copy_of_the_cache(tmp_path, monkeypatch):
     """A private copy of the prepared cache (never the shared one) whose weights file is cut in half."""
-    import shutil
-
     source = materialize_offline_model()
     monkeypatch.setenv("COURSE_CACHE_DIR", str(tmp_path / "cache"))
     copy = materialized_model_dir()
@@ -202,9 +200,7 @@ def test_loading_arguments_follow_the_profile_offline_and_on_the_hub():
 
 def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
     """What notebook 00 and the model description tell learners: the GGUF's linear weights are 4-bit Q4_1."""
-    from collections import Counter
-
-    import gguf
+    import gguf  # here: an optional package (the offline conversion's), needed by these two tests only
 
     types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(models.gguf_path())).tensors)
     assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in models.GGUF_FILENAME
@@ -212,7 +208,7 @@ def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
 
 
 def test_gguf_read_once_reads_the_file_once_inside_and_restores_the_reader():
-    import gguf
+    import gguf  # here: an optional package, as above
 
     originals = gguf.GGUFReader, gguf.get_tensor_name_map
     with models.gguf_read_once():

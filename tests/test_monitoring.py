@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import matplotlib
 import pytest
+import torch
 
+from course_utils.exercises import nb04_train_grpo as nb04
+from course_utils.lesson.grpo import frac_reward_zero_std
+from course_utils.lesson.plotting import plot_training_dashboard
 from course_utils.training.monitoring import (
     Finding,
     LiveDashboard,
+    compare_runs,
     describe_findings,
     flat_reward_cause,
     load_log_history,
@@ -73,10 +78,6 @@ def test_reward_std_rule_speaks_of_the_batch_and_quotes_the_group_signal():
 
 def test_high_batch_std_with_flat_groups_is_caught_by_the_group_rule():
     """Two prompts, each group all-equal: reward_std is large, yet no group carries a signal."""
-    import torch
-
-    from course_utils.lesson.grpo import frac_reward_zero_std
-
     batch = [2.0] * 4 + [0.0] * 4
     history = _history(
         reward_std=[torch.tensor(batch).std().item()] * 10,
@@ -111,8 +112,6 @@ def test_dashboard_redraws_headless_and_saves(tmp_path):
 
 
 def test_empty_dashboard_draws():
-    from course_utils.lesson.plotting import plot_training_dashboard
-
     assert len(plot_training_dashboard([]).axes) == 6
 
 
@@ -125,8 +124,6 @@ def test_reward_fifths():
 
 
 def test_exercise_checks_for_notebook_04(capsys):
-    from course_utils.exercises import nb04_train_grpo as nb04
-
     history = _history(8, **{"completions/clipped_ratio": [0.8] * 8})
     assert nb04.check_04_prompts_per_step(16) and not nb04.check_04_prompts_per_step(128)
     assert nb04.check_04_group_size_field(" num_generations ") and not nb04.check_04_group_size_field("beta")
@@ -138,16 +135,12 @@ def test_exercise_checks_for_notebook_04(capsys):
 
 
 def _saved_run(folder, rewards):
-    from course_utils.training.monitoring import save_run_artifacts
-
     history = [{"step": i + 1, "reward": r, "reward_std": 0.5} for i, r in enumerate(rewards)]
     save_run_artifacts([*history, {"train_runtime": 1.0}], folder)
     return folder
 
 
 def test_compare_runs_lays_one_metric_of_each_run_side_by_side(tmp_path):
-    from course_utils.training.monitoring import compare_runs
-
     first = _saved_run(tmp_path / "lr-1e-4", [0.1, 0.4, 0.9])
     second = _saved_run(tmp_path / "lr-2e-4", [0.2, 0.8])
     frame = compare_runs([first, second])
@@ -158,8 +151,6 @@ def test_compare_runs_lays_one_metric_of_each_run_side_by_side(tmp_path):
 
 
 def test_compare_runs_names_what_is_missing(tmp_path):
-    from course_utils.training.monitoring import compare_runs
-
     run = _saved_run(tmp_path / "run", [0.1])
     with pytest.raises(ValueError, match=r"logged no 'kl'.*reward_std"):
         compare_runs([run], "kl")

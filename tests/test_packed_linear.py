@@ -13,6 +13,7 @@ from course_utils.cpu_speed import packed_linear as pl
 from course_utils.lesson.models import build_tiny_random_model
 
 DTYPES = [torch.float32, torch.bfloat16]
+KERNEL_CACHE_PATH = pl.kernel_cache_path  # the real one: the fixture below stands in for it in every test
 
 
 @pytest.fixture(autouse=True)
@@ -222,3 +223,10 @@ def test_the_convolution_kernel_keeps_the_shape_of_any_input():
         got = product(x)
         assert got.shape == (*x.shape[:-1], 48)
         assert pl._same_product(got, F.linear(x, layer.weight, layer.bias))
+
+
+def test_the_kernel_cache_file_follows_its_variable_and_the_tests_keep_their_own(private_kernel_cache, monkeypatch):
+    assert KERNEL_CACHE_PATH() == private_kernel_cache, "the test session's own file (conftest)"
+    monkeypatch.delenv(pl.KERNEL_CACHE_ENV_VAR)
+    assert KERNEL_CACHE_PATH() == pl.cache_dir() / pl.KERNEL_CACHE_FILE
+    assert pl.cache_dir() not in private_kernel_cache.parents

@@ -11,11 +11,12 @@ from transformers import AutoTokenizer
 from trl import GRPOConfig
 
 from course_utils.core.hardware import KNOWN_HARDWARE
-from course_utils.lesson import data
-from course_utils.lesson.data import load_gsm8k, reference_length_percentile
-from course_utils.lesson.models import materialize_offline_model
+from course_utils.lesson import token_lengths
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import load_model_and_tokenizer, materialize_offline_model
+from course_utils.lesson.token_lengths import reference_length_percentile
 from course_utils.training import preflight
-from course_utils.training.memory import QWEN25_05B
+from course_utils.training.model_shape import QWEN25_05B
 from course_utils.training.preflight import (
     Finding,
     PreflightError,
@@ -25,8 +26,14 @@ from course_utils.training.preflight import (
     format_findings,
     generation_batch,
     raise_for_errors,
+    trl_choices,
 )
-from course_utils.training.run import GenerationBatchError, check_generation_batch
+from course_utils.training.run import (
+    GenerationBatchError,
+    check_generation_batch,
+    grpo_config_kwargs,
+    vllm_available,
+)
 
 CPU = {"device": "cpu", "total_memory_gb": 24.0, "available_memory_gb": 20.0}
 T4 = {"device": "cuda", "gpu_name": "Tesla T4", "bf16": False, "total_memory_gb": 15.0, "available_memory_gb": 15.0}
@@ -85,7 +92,7 @@ def test_generation_batch_findings_say_what_training_would_raise(sizes, code):
 
 
 def test_preflight_reads_reference_lengths_with_the_datas_own_function():
-    assert preflight.reference_length_percentile is data.reference_length_percentile
+    assert preflight.reference_length_percentile is token_lengths.reference_length_percentile
 
 
 def test_generation_batch_follows_grpo_config_defaults():
@@ -203,8 +210,6 @@ def test_memory_tight_warning():
 
 
 def test_real_model_object_feeds_the_memory_check():
-    from course_utils.lesson.models import load_model_and_tokenizer
-
     model, tok = load_model_and_tokenizer("ci")
     assert "memory-too-high" in codes(check(CPU_OK, model=model, hardware={**CPU, "available_memory_gb": 0.5}))
     assert "memory-too-high" not in codes(check(CPU_OK, model=model, hardware=CPU))
@@ -250,8 +255,6 @@ def test_display_helpers():
 
 
 def test_vllm_asked_for_in_the_config_but_not_installed_is_an_error():
-    from course_utils.training.run import vllm_available
-
     if vllm_available():
         pytest.skip("vllm is installed here")
     config = {"per_device_train_batch_size": 8, "num_generations": 8, "use_vllm": True}
@@ -260,8 +263,6 @@ def test_vllm_asked_for_in_the_config_but_not_installed_is_an_error():
 
 
 def test_a_profile_that_wants_vllm_where_it_is_missing_gets_a_warning():
-    from course_utils.training.run import grpo_config_kwargs, vllm_available
-
     if vllm_available():
         pytest.skip("vllm is installed here")
     values = grpo_config_kwargs("gpu")
@@ -273,8 +274,6 @@ def test_a_profile_that_wants_vllm_where_it_is_missing_gets_a_warning():
 
 
 def test_colocated_vllm_counts_its_share_of_the_gpu():
-    from course_utils.training.memory import QWEN25_05B
-
     config = {"per_device_train_batch_size": 8, "num_generations": 8, "fp16": True, "bf16": False}
     t4 = KNOWN_HARDWARE["T4"]
     assert not [f for f in check(config, model=QWEN25_05B, hardware=t4) if f.code.startswith("memory")]
@@ -289,8 +288,6 @@ def test_colocated_vllm_counts_its_share_of_the_gpu():
 
 
 def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
-    from course_utils.training.preflight import trl_choices
-
     valid = trl_choices("loss_type")
     assert {"grpo", "dapo", "dr_grpo", "bnpo"} <= set(valid)
     assert GRPOConfig.__dataclass_fields__["loss_type"].default in valid
@@ -298,8 +295,6 @@ def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
 
 
 def test_unknown_loss_type_is_an_error_listing_the_valid_ones():
-    from course_utils.training.preflight import trl_choices
-
     [finding] = [f for f in check({**CPU_OK, "loss_type": "drgrpo"}, hardware=CPU) if f.code == "unknown-loss-type"]
     assert finding.severity == "error"
     assert all(name in finding.message for name in trl_choices("loss_type"))

@@ -517,7 +517,7 @@ def test_compare_variants_shows_where_they_differ():
 
 
 def test_extract_xml_answer_is_the_data_modules():
-    from course_utils.lesson.data import extract_xml_answer
+    from course_utils.core.answer_format import extract_xml_answer
 
     assert R.extract_xml_answer is extract_xml_answer
 

@@ -11,13 +11,19 @@ from pathlib import Path
 import matplotlib
 import pytest
 import torch
+from peft import PeftModel, get_peft_model, get_peft_model_state_dict
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOConfig
 
 from course_utils import cpu_speed
 from course_utils.core import hardware
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import PROFILES, get_profile
+from course_utils.lesson.formatting import build_prompt
+from course_utils.lesson.models import build_tiny_random_model, load_model_and_tokenizer
+from course_utils.lesson.rewards import DEFAULT_WEIGHTS, load_weights, save_weights
 from course_utils.training import run as training
 from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.training.run import (
@@ -144,8 +150,6 @@ def test_cpu_precision_auto_is_bf16_only_where_native(monkeypatch):
 
 @pytest.mark.parametrize("path", ["bf16", "fp32"])
 def test_lab_model_is_loaded_in_the_precision_path(monkeypatch, path):
-    import torch
-
     monkeypatch.setenv(PRECISION_ENV_VAR, path)
     model, _ = training.load_model_for_training("ci")
     assert model.dtype == {"bf16": torch.bfloat16, "fp32": torch.float32}[path]
@@ -163,8 +167,6 @@ def test_lora_config_per_profile(offline_model_and_tokenizer):
 
 def test_lora_in_the_top_layers_only(offline_model_and_tokenizer):
     """lora_top_layers adapts the top N decoder layers; the gradients stop below them (no backward there)."""
-    from peft import get_peft_model
-
     model, _ = offline_model_and_tokenizer
     depth = model.config.num_hidden_layers
     config = training.make_lora_config(get_profile("ci").override(lora_top_layers=3), model)
@@ -179,9 +181,11 @@ def test_lora_in_the_top_layers_only(offline_model_and_tokenizer):
 def test_lora_top_layers_bad_values(offline_model_and_tokenizer):
     model, _ = offline_model_and_tokenizer
     depth = model.config.num_hidden_layers
-    for bad in (0, depth + 1, 1.5):
+    for bad in (0, depth + 1):
         with pytest.raises(ValueError, match=f"from 1 to {depth}"):
             training.make_lora_config(get_profile("ci").override(lora_top_layers=bad), model)
+    with pytest.raises(ValueError, match="lora_top_layers"):  # not a whole number: the profile refuses it first
+        get_profile("ci").override(lora_top_layers=1.5)
     with pytest.raises(ValueError, match="pass the model"):
         training.make_lora_config(get_profile("ci").override(lora_top_layers=2))
 
@@ -203,8 +207,6 @@ def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offl
     train = training.training_dataset(profile, tokenizer=tokenizer)
     assert "training on the first 40 problems that fit" in capsys.readouterr().out
     # Independently: walk the raw train file in order and keep the questions whose prompt fits
-    from course_utils.lesson.data import build_prompt
-
     expected = []
     for line in (gsm8k_dir / "train.jsonl").read_text().splitlines():
         question = json.loads(line)["question"].strip()
@@ -247,8 +249,6 @@ def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tok
 
 def test_profile_preset_reaches_the_config(tmp_path):
     """The profile's preset is what trains: "initial" is every reward at its own size, "tuned" its multipliers."""
-    from course_utils.lesson.rewards import DEFAULT_WEIGHTS
-
     assert grpo_config_kwargs("cpu", tmp_path)["reward_weights"] == [1.0] * 5
     tuned = get_profile("ci").override(reward_weights="tuned")
     config = make_grpo_config(tuned, tmp_path)
@@ -259,8 +259,6 @@ def test_profile_preset_reaches_the_config(tmp_path):
 
 
 def test_saved_weights_reach_the_config(tmp_path, monkeypatch):
-    from course_utils.lesson.rewards import load_weights, save_weights
-
     monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
     save_weights([2.0, 0.5, 1.0, 1.0, 0.0])
     config = make_grpo_config("ci", tmp_path / "run", reward_weights=load_weights())
@@ -285,8 +283,6 @@ def test_missing_trained_model_says_which_notebook(gsm8k_env):
 @pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_ci_run_end_to_end(gsm8k_env):
     """Warm start, a real 3-step GRPO run in the ci profile, dashboard, artifacts, save and reload."""
-    from course_utils.lesson.models import load_model_and_tokenizer
-
     profile = get_profile("ci")
     model, tokenizer = load_model_and_tokenizer(profile)
     model = warm_start(model, tokenizer, profile)
@@ -324,8 +320,6 @@ class _Crash(TrainerCallback):
 
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
-    from course_utils.lesson.models import load_model_and_tokenizer
-
     profile = get_profile("ci").override(  # one prompt's group per step: resuming is what is tested here
         warm_start_examples=0,
         max_steps=4,
@@ -353,10 +347,6 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
 @pytest.mark.slow
 def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_tokenizer):
     """The colab-t4 path (Qwen2 LoRA targets, config, GRPO step, adapter save/reload) on the CPU."""
-    from peft import PeftModel, get_peft_model_state_dict
-
-    from course_utils.lesson.models import build_tiny_random_model
-
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("colab-t4").override(
         device="cpu",
@@ -399,8 +389,6 @@ def test_gpu_profiles_mask_truncated_completions_in_the_config(name, tmp_path):
 
 def test_vllm_colocate_fields_are_real_grpo_fields(monkeypatch, tmp_path):
     """Where vLLM is installed the gpu profile colocates it; the field names must be GRPOConfig's (TRL 1.16)."""
-    from trl import GRPOConfig
-
     monkeypatch.setattr(training, "vllm_available", lambda: True)  # vLLM itself cannot be installed here
     kwargs = grpo_config_kwargs("gpu", tmp_path)
     assert kwargs["use_vllm"] and kwargs["vllm_mode"] == "colocate"
@@ -434,10 +422,6 @@ def test_report_to_a_tracker_that_is_not_installed_names_the_install(monkeypatch
 @pytest.mark.slow
 def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_model_and_tokenizer):
     """report_to="tensorboard": TRL's own logging writes event files in the run folder, with the reward in them."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    from course_utils.lesson.models import build_tiny_random_model
-
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("ci").override(
         report_to="tensorboard",
@@ -455,3 +439,15 @@ def test_tensorboard_run_writes_event_files_that_read_back(gsm8k_env, offline_mo
     reader = EventAccumulator(str(events[0].parent))
     reader.Reload()
     assert [e.step for e in reader.Scalars("train/reward")] == [1, 2]
+
+
+def test_clear_run_dir_deletes_an_earlier_run_but_keeps_the_warm_start_and_empty_folders(tmp_path):
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "model.safetensors").write_text("weights")
+    (tmp_path / "log_history.csv").write_text("step,reward\n")
+    (tmp_path / training.WARM_START_DIRNAME).mkdir()
+    (tmp_path / training.WARM_START_DIRNAME / "config.json").write_text("{}")
+    (tmp_path / "completions").mkdir()  # made by a GRPOTrainer with log_completions=True, before the clearing
+    training.clear_run_dir(tmp_path)
+    assert sorted(child.name for child in tmp_path.iterdir()) == ["completions", training.WARM_START_DIRNAME]
+    assert (tmp_path / training.WARM_START_DIRNAME / "config.json").exists()

@@ -10,6 +10,7 @@ import torch
 
 from course_utils.core.profiles import get_profile
 from course_utils.lesson.models import build_tiny_random_model, profile_dtype
+from course_utils.lesson.rewards import correctness_reward_func, is_strict_format
 from course_utils.training import run as training
 from course_utils.training.warm_start import (
     load_saved_warm_start,
@@ -20,8 +21,6 @@ from course_utils.training.warm_start import (
 
 
 def test_warm_start_target_is_strict_format_and_correct():
-    from course_utils.lesson.rewards import correctness_reward_func, is_strict_format
-
     solution = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
     target = warm_start_target(solution, reasoning_lines=1)
     assert "<<" not in target and "Altogether" not in target

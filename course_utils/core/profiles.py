@@ -311,7 +311,7 @@ def get_profile(name: str | Profile | None = None) -> Profile:
 
 def profiles_table() -> Any:
     """The hardware table: one row per profile, the fields a learner compares first."""
-    import pandas as pd
+    import pandas as pd  # here: every process imports core (the runner too), and only this table needs pandas
 
     columns = [
         "name",

@@ -9,8 +9,8 @@ kept for the backward, the shared prompt read once and the frozen layers taken f
 was tested with (``versions``); elsewhere training is plain TRL. Nothing is patched at import; :func:`installed`
 says what is patched right now.
 
-Modules: ``packed_linear``, ``group_generation``, ``completion_scoring``, ``logit_tiles``, ``cpu_allocator``,
-``versions``, ``probe``.
+Modules: ``packed_linear``, ``group_generation`` (composed of ``prompt_cache``, ``adapters``, ``lean_decoder``,
+``attention``, ``sampling``), ``completion_scoring``, ``logit_tiles``, ``cpu_allocator``, ``versions``, ``probe``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 
 from transformers import TrainerCallback
+from trl import GRPOTrainer
 
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.cpu_speed import versions
@@ -34,7 +35,7 @@ from course_utils.cpu_speed.completion_scoring import (
 from course_utils.cpu_speed.cpu_allocator import freed_memory_reused, release_freed_memory
 from course_utils.cpu_speed.group_generation import INSTALLED_FLAG, install, keeping_frozen_packs
 from course_utils.cpu_speed.logit_tiles import logit_tiles_kept
-from course_utils.cpu_speed.probe import lean_layer_mismatch
+from course_utils.cpu_speed.probe import lean_layer_mismatch, probe_key
 
 PARTS: tuple[str, ...] = (
     "reuse_freed_memory",
@@ -53,15 +54,24 @@ ANY_TRAINER = ("reuse_freed_memory",)
 PROCESS_WIDE = ("reuse_freed_memory", "score_completions_only", "keep_logit_tiles")
 # Parts that run the rewritten decoder layer, checked once per model against the model's own (probe)
 NEED_PROBE = ("group_generation", "frozen_layers_from_sampling")
+# Parts that rewrite the training pass: gradient checkpointing runs it without a cache and again in the backward,
+# where they have neither the prompt's cache nor the sampled states they read
+NOT_WITH_CHECKPOINTING = ("score_shared_prefix_once", "frozen_layers_from_sampling")
 
 _LEDGER: list[tuple[str, int | None]] = []  # (part, id of its model or None), in the order installed
+_EVER: set[str] = set()  # every part installed at some time in this process
 _WARNED: set[str] = set()
-_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> lean_layer_mismatch's answer
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (probe_key, lean_layer_mismatch's answer)
 
 
 def installed() -> tuple[str, ...]:
     """What the plug-in has patched in this process right now, part by part (empty after every exit)."""
     return tuple(name for name, _ in _LEDGER)
+
+
+def ever_installed() -> tuple[str, ...]:
+    """Every part the plug-in has installed in this process so far, sorted: () means nothing was ever patched."""
+    return tuple(sorted(_EVER))
 
 
 def _env_switch() -> bool | None:
@@ -107,10 +117,12 @@ def _device_of(model: Any) -> str:
 
 
 def _probe(model: Any) -> str | None:
-    """:func:`lean_layer_mismatch` for ``model``, computed once per model."""
-    if model not in _PROBED:
-        _PROBED[model] = lean_layer_mismatch(model)
-    return _PROBED[model]
+    """:func:`lean_layer_mismatch` for ``model``, computed again whenever what it depends on (:func:`probe_key`:
+    its layers, adapters, dtypes, attention) changed since the last time: an adapter added later is checked too."""
+    key, known = probe_key(model), _PROBED.get(model)
+    if known is None or known[0] != key:
+        _PROBED[model] = (key, lean_layer_mismatch(model))
+    return _PROBED[model][1]
 
 
 def _why_off(model: Any, profile: Profile | str | None, parts: Iterable[str]) -> str | None:
@@ -141,6 +153,7 @@ def _recorded(name: str, model: Any, context: AbstractContextManager) -> Iterato
     entry = (name, None if model is None else id(model))
     with context as value:
         _LEDGER.append(entry)
+        _EVER.add(name)
         try:
             yield value
         finally:
@@ -182,6 +195,24 @@ _CONTEXTS: dict[str, Callable[[Any, Any], AbstractContextManager]] = {
 }
 
 
+def _gradient_checkpointing(trainer: Any, model: Any) -> bool:
+    """Whether the trainer runs with gradient checkpointing (``args.gradient_checkpointing``, on by default in
+    TRL's ``GRPOConfig``), or a module of the model has it switched on already (as transformers itself asks)."""
+    if getattr(getattr(trainer, "args", None), "gradient_checkpointing", False):
+        return True
+    return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())
+
+
+def _checkpointing_note(left_out: list[str]) -> str:
+    """What the printed line says of the parts left out under gradient checkpointing (empty when none was)."""
+    if not left_out:
+        return ""
+    return (
+        f"{', '.join(left_out)} left out: they rewrite the training pass, which gradient checkpointing runs without "
+        "a cache and again in the backward; GRPOConfig(gradient_checkpointing=False) runs them"
+    )
+
+
 def _checked_parts(parts: Iterable[str] | None) -> tuple[str, ...]:
     if parts is None:
         return PARTS
@@ -193,8 +224,6 @@ def _checked_parts(parts: Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _is_grpo_trainer(trainer: Any) -> bool:
-    from trl import GRPOTrainer
-
     return isinstance(trainer, GRPOTrainer)
 
 
@@ -220,9 +249,12 @@ class SpeedUps:
         model = self.trainer.model
         self._stack = ExitStack()
         wanted = self._wanted(model)
+        checkpointed = _gradient_checkpointing(self.trainer, model)
+        left_out = [name for name in wanted if checkpointed and name in NOT_WITH_CHECKPOINTING]
+        wanted, note = [name for name in wanted if name not in left_out], _checkpointing_note(left_out)
         reason = _why_off(model, self.profile, wanted)
         if reason or not wanted:
-            print(f"CPU speed-ups: off ({reason or 'already installed'}); training runs as plain TRL.")
+            print(f"CPU speed-ups: off ({reason or note or 'already installed'}); training runs as plain TRL.")
             return self
         active = []
         try:
@@ -238,7 +270,8 @@ class SpeedUps:
             self.remove()
             raise
         self.active = tuple(active)
-        print(f"CPU speed-ups: on ({', '.join(self.active)}); {ENV_VAR}=0 turns them off (appendix notebook 99).")
+        said = f"; {note}" if note else ""
+        print(f"CPU speed-ups: on ({', '.join(self.active)}){said}; {ENV_VAR}=0 turns them off (appendix notebook 99).")
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -36,7 +36,7 @@ import torch
 import trl.trainer.utils as trl_utils
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
-from course_utils.cpu_speed.group_generation import decoder_layers_of
+from course_utils.cpu_speed.lean_decoder import decoder_layers_of
 
 # The function TRL's fused log-prob forward asks whether to score only the unmasked positions
 TRL_COMPACT_RULE = "_use_triton"
@@ -328,6 +328,52 @@ def _recording_generate(generate: Callable[..., Any], inputs: SampledLayerInputs
     return output
 
 
+def replayable_call(inputs: SampledLayerInputs, kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """For a backbone call that may start from the sampled states, its sampled ``rows`` and attention ``mask``.
+
+    A training-pass call (``use_cache=False``, no cache or embeddings of its own, outside ``generate``) over the
+    sampled tokens (:meth:`SampledLayerInputs.rows_for`); for any other call, nothing.
+    """
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    own = ("cache", "past_key_values", "inputs_embeds")
+    if inputs.calls is not None or ids is None or mask is None or kwargs.get("use_cache") is not False:
+        return {}
+    if any(kwargs.get(name) is not None for name in own) or mask.dim() != 2:
+        return {}
+    rows = inputs.rows_for(ids, mask)
+    return {} if rows is None else {"rows": rows, "mask": mask}
+
+
+class _FrozenLayerReplay:
+    """The hooks of :func:`frozen_layers_from_sampling`: they record the first trained layer's input while
+    sampling, and replay it in place of the frozen layers during a training-pass call that allows it."""
+
+    def __init__(self, inputs: SampledLayerInputs) -> None:
+        self.inputs = inputs
+        self.active: dict[str, torch.Tensor] = {}  # the backbone call running now, if it replays (replayable_call)
+
+    def on_backbone_call(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        self.active = replayable_call(self.inputs, kwargs)
+
+    def after_backbone_call(self, module: Any, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        self.active = {}
+
+    def replayed(self, layer: torch.nn.Module, last: bool, *args: Any, **kwargs: Any) -> Any:
+        """A frozen layer's forward: its input unchanged (the recorded states from the last one) where the call
+        replays; otherwise the layer's own forward."""
+        hidden = args[0] if args else kwargs["hidden_states"]
+        at = replay_index(self.active, hidden, kwargs.get("position_ids"))
+        if at is not None:
+            _hold_place_in_cache(layer, kwargs.get("cache"), hidden)
+            return self.inputs.hidden[at].to(hidden.dtype) if last else hidden
+        return type(layer).forward(layer, *args, **kwargs)
+
+    def record(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        if hidden is not None:
+            self.inputs.record(hidden.detach(), kwargs.get("position_ids"))
+
+
 @contextmanager
 def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
     """Inside: the training pass starts at the first trained layer, from the hidden states sampling computed.
@@ -343,44 +389,14 @@ def frozen_layers_from_sampling(model: Any) -> Iterator[SampledLayerInputs]:
     if frozen == 0:
         yield inputs
         return
-    layers, backbone = decoder_layers(model), decoder_backbone(model)
-    active: dict[str, torch.Tensor] = {}
-
-    def on_backbone_call(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
-        active.clear()
-        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-        own = ("cache", "past_key_values", "inputs_embeds")
-        if inputs.calls is not None or ids is None or mask is None or kwargs.get("use_cache") is not False:
-            return
-        if any(kwargs.get(name) is not None for name in own) or mask.dim() != 2:
-            return
-        rows = inputs.rows_for(ids, mask)
-        if rows is not None:
-            active["rows"], active["mask"] = rows, mask
-
-    def after_backbone_call(module: Any, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
-        active.clear()
-
-    def replayed(layer: torch.nn.Module, last: bool, *args: Any, **kwargs: Any) -> Any:
-        hidden = args[0] if args else kwargs["hidden_states"]
-        at = replay_index(active, hidden, kwargs.get("position_ids"))
-        if at is not None:
-            _hold_place_in_cache(layer, kwargs.get("cache"), hidden)
-            return inputs.hidden[at].to(hidden.dtype) if last else hidden
-        return type(layer).forward(layer, *args, **kwargs)
-
-    def record(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
-        hidden = args[0] if args else kwargs.get("hidden_states")
-        if hidden is not None:
-            inputs.record(hidden.detach(), kwargs.get("position_ids"))
-
+    layers, backbone, replay = decoder_layers(model), decoder_backbone(model), _FrozenLayerReplay(inputs)
     handles = [
-        backbone.register_forward_pre_hook(on_backbone_call, with_kwargs=True),
-        backbone.register_forward_hook(after_backbone_call, with_kwargs=True),
-        layers[frozen].register_forward_pre_hook(record, with_kwargs=True),
+        backbone.register_forward_pre_hook(replay.on_backbone_call, with_kwargs=True),
+        backbone.register_forward_hook(replay.after_backbone_call, with_kwargs=True),
+        layers[frozen].register_forward_pre_hook(replay.record, with_kwargs=True),
     ]
     for index in range(frozen):
-        layers[index].forward = partial(replayed, layers[index], index == frozen - 1)
+        layers[index].forward = partial(replay.replayed, layers[index], index == frozen - 1)
     own_generate = model.__dict__.get("generate")  # group generation's, if installed
     model.generate = partial(_recording_generate, model.generate, inputs)
     try:

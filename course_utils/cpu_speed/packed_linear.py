@@ -21,6 +21,7 @@ next, and only the weights that do change are packed again.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from course_utils.core.paths import cache_dir
 KERNELS = ("linear", "mkl", "mkldnn", "mkldnn_conv")
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
 KERNEL_CACHE_FILE = "packed_kernels.json"
+KERNEL_CACHE_ENV_VAR = "COURSE_KERNEL_CACHE"  # a file to keep the choices in instead (the tests use their own)
 # (weight shape, dtype, rows) -> the kernel measured fastest in this process
 _MEASURED: dict[tuple[tuple[int, ...], torch.dtype, int], str] = {}
 
@@ -182,8 +184,10 @@ def _seconds_for_one_pass(kernel: str, layers: list[torch.nn.Linear], rows: int,
 
 
 def kernel_cache_path() -> Path:
-    """Where the measured choices are kept, for every process on this machine: the course's cache folder."""
-    return cache_dir() / KERNEL_CACHE_FILE
+    """Where the measured choices are kept, for every process on this machine: the course's cache folder, or the
+    file ``COURSE_KERNEL_CACHE`` names (the tests name one of their own, so they never write the learner's)."""
+    chosen = os.environ.get(KERNEL_CACHE_ENV_VAR)
+    return Path(chosen) if chosen else cache_dir() / KERNEL_CACHE_FILE
 
 
 def machine_key() -> str:

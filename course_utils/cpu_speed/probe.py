@@ -1,6 +1,6 @@
 """Does group generation's rewritten decoder layer compute what the model's own layer computes?
 
-:func:`course_utils.cpu_speed.group_generation.lean_layers` replaces each Llama-like decoder layer's forward with
+:func:`course_utils.cpu_speed.lean_decoder.lean_layers` replaces each Llama-like decoder layer's forward with
 stacked products, a one-op norm and one rotary call. It recognises a layer by the names of its modules, so a layer
 with an op it does not reproduce (Qwen3's per-head ``q_norm``/``k_norm``, say) would sample from another
 distribution without any error. :func:`lean_layer_mismatch` runs both on one small input before the plug-in is
@@ -14,10 +14,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from peft.tuners.lora import LoraLayer
 from transformers.cache_utils import DynamicCache
 from transformers.masking_utils import create_causal_mask
 
-from course_utils.cpu_speed import group_generation as gg
+from course_utils.cpu_speed.adapters import lora_layers
+from course_utils.cpu_speed.attention import grouped_query_decoding
+from course_utils.cpu_speed.lean_decoder import decoder_layers_of, lean_forward, lean_stacks, stacked_groups
 
 PROBE_ROWS, PROBE_PROMPT = 2, 4  # two rows (the second left-padded by one token), a prompt of four, one new token
 PROBE_KERNEL = "linear"  # the packed kernels are checked against F.linear where they are chosen (fastest_kernels)
@@ -53,6 +56,29 @@ def lean_layer_mismatch(model: Any) -> str | None:
     return None
 
 
+def probe_key(model: Any) -> tuple[Any, ...]:
+    """What :func:`lean_layer_mismatch`'s answer depends on, cheap to compute: the attention implementation, the
+    parameters' dtypes, every module's name and class, and each LoRA layer's active adapters, ranks and state.
+
+    The probe takes seconds; a caller keeps its answer under this key and probes again when the key changes (an
+    adapter added, enabled or merged after a first probe, say). Trained values change no key: the rewrite runs the
+    same ops on any values.
+    """
+    generating = model.get_base_model() if hasattr(model, "get_base_model") else model
+    attention = getattr(getattr(generating, "config", None), "_attn_implementation", None)
+    dtypes = tuple(sorted({str(parameter.dtype) for parameter in model.parameters()}))
+    return attention, dtypes, tuple(_module_key(name, module) for name, module in model.named_modules())
+
+
+def _module_key(name: str, module: torch.nn.Module) -> tuple[Any, ...]:
+    if not isinstance(module, LoraLayer):
+        return name, type(module).__name__
+    active = tuple(module.active_adapters)
+    ranks = tuple(module.r.get(adapter) for adapter in active)
+    variants = tuple(sorted(getattr(module, "lora_variant", {})))
+    return name, type(module).__name__, active, ranks, variants, module.merged, module.disable_adapters
+
+
 def _backbone(model: Any) -> Any | None:
     """The module that owns the decoder layers, the embeddings and the rotary embedding (``model.model``)."""
     generating = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -64,10 +90,10 @@ def _backbone(model: Any) -> Any | None:
 def _one_layer_per_kind(model: Any) -> list[Any]:
     """The first rewritten layer of each (class, adapted linear layers) kind."""
     kinds: dict[tuple[Any, ...], Any] = {}
-    for layer in gg.decoder_layers_of(model):
-        groups = gg.stacked_groups(layer)
+    for layer in decoder_layers_of(model):
+        groups = stacked_groups(layer)
         if groups is not None:
-            adapted = tuple(bool(gg.lora_layers(m)) for group in groups.values() for m in group)
+            adapted = tuple(bool(lora_layers(m)) for group in groups.values() for m in group)
             kinds.setdefault((type(layer), adapted), layer)
     return list(kinds.values())
 
@@ -76,13 +102,13 @@ def _layer_mismatch(backbone: Any, layer: Any) -> str | None:
     """The reason ``layer``'s rewrite differs from its own forward on the probe input, or None."""
     with _evaluating(layer), torch.inference_mode():
         own = _updates(backbone, partial_forward(type(layer).forward, layer))
-        with gg.grouped_query_decoding(backbone):  # generate attends through it while the layers are rewritten
-            groups = gg.stacked_groups(layer)
+        with grouped_query_decoding(backbone):  # generate attends through it while the layers are rewritten
+            groups = stacked_groups(layer)
             if groups is None:
                 return None
             kernels = dict.fromkeys(groups, PROBE_KERNEL)
-            stacks = gg.lean_stacks(layer, groups, kernels, PROBE_ROWS, None)
-            lean = _updates(backbone, partial_forward(gg._lean_layer, layer, stacks))
+            stacks = lean_stacks(layer, groups, kernels, PROBE_ROWS, None)
+            lean = _updates(backbone, partial_forward(lean_forward, layer, stacks))
     dtype = own[0].dtype
     worst = max(_relative_difference(a, b) for a, b in zip(lean, own, strict=True))
     if worst <= TOLERANCE.get(dtype, TOLERANCE[torch.bfloat16]):

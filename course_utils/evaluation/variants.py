@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pandas as pd
+from transformers import set_seed
+
 from course_utils import cpu_speed
 from course_utils.core.paths import output_dir, repo_root
 from course_utils.core.profiles import Profile, get_profile
@@ -171,8 +174,6 @@ def run_variant(
     ``StartingPoint`` of ``starting_model``, whose model is copied instead of loaded again (every run starts from the
     same weights either way). ``eval_size``: how many held-out test problems (default: the profile's).
     """
-    from transformers import set_seed
-
     p = get_profile(profile)
     fields = variant_fields(name) if fields is None else dict(fields)
     run_dir = output_dir() / "07-variants" / f"{name}-seed{seed}"
@@ -183,7 +184,6 @@ def run_variant(
         model = start.model
     else:
         model = copy.deepcopy(start.model)  # every run trains its own copy of the shared start
-    tokenizer = start.tokenizer
     overrides: dict[str, Any] = {
         "seed": seed,
         "max_steps": max_steps or p.max_steps,
@@ -196,18 +196,10 @@ def run_variant(
     if reward_weights is not None:
         overrides["reward_weights"] = list(reward_weights)
     config = make_grpo_config(p, run_dir, **overrides)
-    trainer = build_trainer(model, tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
+    trainer = build_trainer(model, start.tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
     with cpu_speed.enabled(trainer, profile=p):
         trainer.train()
-    eval_problems = test_problems(p if eval_size is None else p.override(eval_size=eval_size))
-    result = evaluate_model(
-        trainer.model,
-        tokenizer,
-        eval_problems,
-        batch_size=p.eval_batch_size,
-        max_new_tokens=p.eval_max_new_tokens,
-        progress=False,
-    )
+    result = _held_out_result(trainer.model, start.tokenizer, p, eval_size)
     return VariantRun(
         name=name,
         seed=seed,
@@ -217,6 +209,19 @@ def run_variant(
         seconds=time.perf_counter() - started,
         run_dir=run_dir,
         problems=int(result["n"]),
+    )
+
+
+def _held_out_result(model: Any, tokenizer: Any, profile: Profile, eval_size: int | None) -> dict[str, Any]:
+    """The trained variant scored on ``eval_size`` held-out test problems (default: the profile's), greedily."""
+    problems = test_problems(profile if eval_size is None else profile.override(eval_size=eval_size))
+    return evaluate_model(
+        model,
+        tokenizer,
+        problems,
+        batch_size=profile.eval_batch_size,
+        max_new_tokens=profile.eval_max_new_tokens,
+        progress=False,
     )
 
 
@@ -264,8 +269,6 @@ def logged_completions(run_dir: str | Path) -> Any:
 
     Columns: step, prompt, completion (text), one column per reward function, advantage.
     """
-    import pandas as pd
-
     files = sorted((Path(run_dir) / "completions").glob("completions_*.parquet"))
     if not files:
         raise FileNotFoundError(f"No logged completions in {run_dir}: train with log_completions=True")
@@ -287,8 +290,6 @@ def _text(message: Any) -> str:
 
 def results_table(runs: Iterable[VariantRun | Mapping[str, Any]]) -> Any:
     """One row per run (variant, seed, final reward, strict format, accuracy, steps, seconds), a DataFrame."""
-    import pandas as pd
-
     rows = [run.row() if isinstance(run, VariantRun) else dict(run) for run in runs]
     if not rows:
         raise ValueError("results_table needs at least one run")
@@ -297,8 +298,6 @@ def results_table(runs: Iterable[VariantRun | Mapping[str, Any]]) -> Any:
 
 def seed_summary(table: Any, metrics: Sequence[str] = TABLE_METRICS) -> Any:
     """Per variant: the mean of each metric over seeds and its spread (max - min), plus how many seeds ran."""
-    import pandas as pd
-
     missing = sorted({"variant", "seed", *metrics} - set(table.columns))
     if missing:
         raise ValueError(f"the results table lacks column(s) {missing}; build it with results_table(runs)")
@@ -324,8 +323,6 @@ def real_difference(first: Sequence[float], second: Sequence[float]) -> bool:
 
 def differences_from_baseline(table: Any, baseline: str = BASELINE, metrics: Sequence[str] = TABLE_METRICS) -> Any:
     """For each variant and metric: the gap of the means to ``baseline`` and whether it beats the noise."""
-    import pandas as pd
-
     if baseline not in set(table["variant"]):
         raise ValueError(f"baseline {baseline!r} is not in the table (variants: {sorted(set(table['variant']))})")
     base = table[table["variant"] == baseline]
@@ -369,8 +366,6 @@ def write_results(runs: Sequence[VariantRun], folder: str | Path) -> list[Path]:
     ``hack.csv``, ``hack_logs.csv`` and their first and last logged completions ``hack_completions.csv``. Only the
     kinds present in ``runs`` are written, so recording the hack does not erase a recorded table, and back.
     """
-    import pandas as pd
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -398,8 +393,6 @@ def curve_rows(runs: Iterable[VariantRun]) -> Any:
 
     Steps that reuse a batch (``num_iterations > 1``) are kept: they carry the clip ratios but no reward.
     """
-    import pandas as pd
-
     rows = [{"variant": run.name, "seed": run.seed, **entry} for run in runs for entry in step_logs(run.log_history)]
     frame = pd.DataFrame(rows)
     keep = ["variant", "seed", "step", *CURVE_METRICS]
@@ -435,8 +428,6 @@ def recorded_lines(folder: str | Path | None = None, name: str = RESULTS_TXT) ->
 
 def read_results(path: str | Path) -> Any:
     """The per-run table written by ``write_results``; a clear error when the script has not run yet."""
-    import pandas as pd
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No {path}: run `make variants` (scripts/variants.py) to measure the full table")

@@ -16,13 +16,13 @@ from course_utils.exercises.comparison import (
     same_values,
     short_repr,
 )
-from course_utils.lesson.data import (
+from course_utils.lesson.data_checks import pitfall_outcomes
+from course_utils.lesson.formatting import (
     build_prompt,
     extract_hash_answer,
     extract_reasoning,
     format_gsm8k,
     format_row,
-    pitfall_outcomes,
 )
 
 
@@ -106,7 +106,7 @@ def answer_cases(dataset: Any) -> list[Case]:
 
 
 def check_02_extract_hash_answer(learner: Any, dataset: Any) -> bool:
-    """The learner's ``extract_hash_answer`` against ``course_utils.lesson.data.extract_hash_answer``."""
+    """The learner's ``extract_hash_answer`` against ``course_utils.lesson.formatting.extract_hash_answer``."""
     hint = (
         "exactly one '####' (else ValueError), drop ',' and '$', strip, refuse what is not a number "
         "(ValueError) and a non-string (TypeError)"
@@ -127,7 +127,7 @@ def question_cases(dataset: Any) -> list[Case]:
 
 
 def check_02_build_prompt(learner: Any, dataset: Any) -> bool:
-    """The learner's ``build_prompt(question, system_prompt)`` against ``course_utils.lesson.data.build_prompt``."""
+    """The learner's ``build_prompt(question, system_prompt)`` against ``lesson.formatting.build_prompt``."""
     hint = (
         "[{'role': 'system', 'content': system_prompt}, {'role': 'user', 'content': question.strip()}]; "
         "ValueError for an empty or non-string question"

@@ -20,7 +20,7 @@ from course_utils.exercises.comparison import (
     same_values,
 )
 from course_utils.lesson import rewards
-from course_utils.lesson.data import build_prompt, extract_hash_answer, extract_reasoning
+from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.grpo import trl_reward_values
 from course_utils.lesson.rewards import classic
 from course_utils.lesson.widgets import SAMPLE_BANK

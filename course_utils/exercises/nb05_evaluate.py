@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils.evaluation.heldout import last_number, wilson_interval
+from course_utils.evaluation.metrics import last_number
+from course_utils.evaluation.stats import wilson_interval
 from course_utils.exercises.comparison import Case, check_against_reference, close_to, report
 from course_utils.lesson.rewards import answers_match
 

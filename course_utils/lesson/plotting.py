@@ -209,7 +209,7 @@ def plot_reward_curve(xs: list[float], ys: list[float], xlabel: str, title: str,
 def plot_before_after_rates(table: Any, metrics: tuple[str, ...] | None = None, title: str = "") -> Figure:
     """Grouped bars of the rates before and after training, with 95% Wilson error bars (notebook 05).
 
-    ``table`` is ``evaluation.heldout.compare_results(before, after, labels)``: its first two columns are the
+    ``table`` is ``evaluation.tables.compare_results(before, after, labels)``: its first two columns are the
     two models, and ``<label>_ci_low`` / ``<label>_ci_high`` the interval bounds. Overlapping bars with long error
     bars are the picture of "we cannot tell yet": evaluate on more problems. By default every row with an
     interval (the rates) is drawn.

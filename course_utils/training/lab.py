@@ -25,6 +25,7 @@ from course_utils.training.run import (
     final_model_dir,
     find_trained_model,
     load_model_for_training,
+    make_grpo_config,
     save_final,
 )
 from course_utils.training.warm_start import warm_start
@@ -50,16 +51,19 @@ def run_training(
     """The whole of notebook 04 in one call (fresh run): load, warm start, train, save artifacts and model.
 
     For scripts and the benchmark; the notebook runs the same steps one cell at a time. ``before_train``
-    is called with the trainer just before training (to instrument it, say).
+    is called with the trainer just before training (to instrument it, say). The config, the model and the
+    trainer are all built (and so checked) before the previous run's outputs are deleted: a bad setting stops
+    the run with the previous one still on disk. The config comes first, so it fails before the warm start.
     """
     p = get_profile(profile)
+    config = make_grpo_config(p)
     started = time.perf_counter()
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:
         model = warm_start(model, tokenizer, p, cache=True)  # kept: notebook 05 evaluates it
     warm_seconds = time.perf_counter() - started
+    trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
     run_dir = clear_run_dir(default_run_dir(p))
-    trainer = build_trainer(model, tokenizer, p, callbacks=callbacks)
     if before_train is not None:
         before_train(trainer)
     started = time.perf_counter()

@@ -24,6 +24,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import clear_output, display
 from transformers import TrainerCallback
 from transformers.utils import is_in_notebook
 
@@ -56,8 +59,6 @@ def step_logs(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def log_history_frame(log_history: Sequence[Mapping[str, Any]]) -> Any:
     """The training logs as a DataFrame indexed by step (one column per metric)."""
-    import pandas as pd
-
     frame = pd.DataFrame(training_logs(log_history))
     if frame.empty:
         return frame
@@ -93,15 +94,11 @@ class LiveDashboard(TrainerCallback):
 
     def redraw(self) -> Any:
         """Draw the current history; in a notebook, replace the previous drawing."""
-        import matplotlib.pyplot as plt
-
         if self.figure is not None:
             plt.close(self.figure)
         self.figure = plot_training_dashboard(self.history, title=self.title)
         self.redraws += 1
         if self.show:
-            from IPython.display import clear_output, display
-
             clear_output(wait=True)
             display(self.figure)
         return self.figure
@@ -145,9 +142,6 @@ class StopOnInterrupt(TrainerCallback):
 
 def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | Path) -> dict[str, Path]:
     """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     csv_path = run_dir / "log_history.csv"
@@ -161,8 +155,6 @@ def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | 
 
 def load_log_history(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``log_history.csv`` back (or a ``trainer_state.json``) as a list of dicts."""
-    import pandas as pd
-
     path = Path(path)
     fix = "train the run again, or pass another run folder"
     try:
@@ -181,8 +173,6 @@ def compare_runs(run_dirs: Sequence[str | Path], metric: str = "reward") -> Any:
     ``scripts/train_grpo.py`` both do). Runs trained with ``report_to="tensorboard"`` can also be compared live:
     ``tensorboard --logdir outputs``.
     """
-    import pandas as pd
-
     if not run_dirs:
         raise ValueError("compare_runs needs at least one run folder (each holding log_history.csv)")
     folders = [Path(folder) for folder in run_dirs]

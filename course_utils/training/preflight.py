@@ -39,8 +39,9 @@ from course_utils.core.findings import SEVERITIES, Finding
 from course_utils.core.hardware import Hardware, as_hardware
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson.data import reference_length_percentile
-from course_utils.training.memory import QWEN25_05B, ModelSpec, estimate_memory, spec_from_config
+from course_utils.lesson.token_lengths import reference_length_percentile
+from course_utils.training.memory import estimate_memory
+from course_utils.training.model_shape import QWEN25_05B, ModelSpec, spec_from_config
 from course_utils.training.run import (
     GenerationBatchError,
     build_trainer,

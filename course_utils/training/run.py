@@ -26,14 +26,19 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from transformers import TrainerCallback
+import pandas as pd
+import torch
+from peft import LoraConfig, PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
 
 from course_utils.core.hardware import cpu_precision, cuda_available
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson.data import load_gsm8k, prompt_token_lengths, rows_with_short_prompts
+from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
+from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -218,8 +223,6 @@ def make_grpo_config(
     The one place the generation batch is checked on the package's path (``check_generation_batch``), after
     the overrides, so the learner reads the fix instead of TRL's error.
     """
-    from trl import GRPOConfig
-
     kwargs = grpo_config_kwargs(profile, output_dir)
     known = set(GRPOConfig.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
@@ -262,8 +265,6 @@ CONFIG_FIELD_NOTES: dict[str, str] = {
 
 def config_table(config: Any) -> Any:
     """The fields that matter of a ``GRPOConfig``, with their values and why they matter (a DataFrame)."""
-    import pandas as pd
-
     rows = [
         {"field": f, "value": getattr(config, f, None), "why it matters": note}
         for f, note in CONFIG_FIELD_NOTES.items()
@@ -323,15 +324,11 @@ GOLDEN_CONFIG_TABLE: tuple[tuple[str, str, str], ...] = (
 
 def golden_config_table() -> Any:
     """The often-copied "golden config" translated into real ``GRPOConfig`` fields, with what is wrong (a DataFrame)."""
-    import pandas as pd
-
     return pd.DataFrame(GOLDEN_CONFIG_TABLE, columns=["often copied", "real GRPOConfig field", "what to know"])
 
 
 def golden_config(**overrides: Any) -> Any:
     """The golden config as a real ``GRPOConfig`` (fp16 off on a CPU so that it can be built anywhere)."""
-    from trl import GRPOConfig
-
     kwargs: dict[str, Any] = {**GOLDEN_CONFIG, "output_dir": str(output_dir() / "golden-config"), "report_to": []}
     kwargs["bf16"] = False
     if not cuda_available():
@@ -350,8 +347,6 @@ def lora_targets_in(model: Any, wanted: Sequence[str]) -> list[str]:
     Why check: a LoRA config naming modules the architecture does not have trains nothing (peft
     raises late, or silently adapts fewer layers); Qwen2 and Llama share the ``*_proj`` names.
     """
-    import torch
-
     present = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     found = sorted(set(wanted) & present)
     missing = sorted(set(wanted) - present)
@@ -371,8 +366,6 @@ def make_lora_config(profile: Profile | str | None = None, model: Any = None) ->
     p = get_profile(profile)
     if not p.use_lora:
         return None
-    from peft import LoraConfig
-
     targets = list(p.lora_target_modules)
     if model is not None:
         targets = lora_targets_in(model, targets)
@@ -413,8 +406,6 @@ def load_model_for_training(profile: Profile | str | None = None) -> tuple[Any, 
     than fp32 and halves memory; with LoRA the trained adapter weights stay in fp32, so the small updates
     are not lost to bf16 rounding. The evaluation keeps loading the profile's ``dtype``.
     """
-    import torch
-
     p = get_profile(profile)
     model, tokenizer = load_model_and_tokenizer(p)
     dtype = p.training_dtype
@@ -504,8 +495,6 @@ def build_trainer(
     The same call notebook 04's learner writes out: plain TRL. The CPU speed-ups are applied around
     ``trainer.train()`` (``with cpu_speed.enabled(trainer):``), not here.
     """
-    from trl import GRPOTrainer
-
     p = get_profile(profile)
     config = config if config is not None else make_grpo_config(p)
     funcs = list(reward_funcs) if reward_funcs is not None else list(REWARD_FUNCS)
@@ -533,12 +522,17 @@ def build_trainer(
 
 
 def clear_run_dir(run_dir: str | Path) -> Path:
-    """Delete the checkpoints and outputs of an earlier run (a fresh start); keep the warm-start cache."""
+    """Delete the checkpoints and outputs of an earlier run (a fresh start); keep the warm-start cache.
+
+    Empty folders stay: they hold nothing of an earlier run, and a trainer built before the clearing may have made
+    them for its own output (``GRPOTrainer`` with ``log_completions=True`` makes ``completions/``).
+    """
     run_dir = Path(run_dir)
     if run_dir.is_dir():
         for child in run_dir.iterdir():
-            if child.name != WARM_START_DIRNAME:
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+            if child.name == WARM_START_DIRNAME or (child.is_dir() and not any(child.iterdir())):
+                continue
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
@@ -587,10 +581,6 @@ def load_trained_model(profile: Profile | str | None = None, folder: str | Path 
 
     A LoRA adapter is loaded on top of the profile's base model; a full model is loaded directly.
     """
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     p = get_profile(profile)
     folder = Path(folder) if folder is not None else final_model_dir(p)
     kind = saved_model_kind(folder)

@@ -15,10 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl import SFTConfig, SFTTrainer
+
 from course_utils import cpu_speed
 from course_utils.core.answer_format import format_answer
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson.data import build_prompt, extract_hash_answer, extract_reasoning, load_gsm8k
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.models import saved_model_kind
 from course_utils.training.run import (
     WARM_START_DIRNAME,
@@ -51,8 +56,6 @@ def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
 
 def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
     """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
-    from datasets import Dataset
-
     p = get_profile(profile)
     if p.warm_start_examples < 1:
         raise ValueError(f"Profile {p.name!r} has warm_start_examples={p.warm_start_examples}: no warm start to build.")
@@ -83,14 +86,12 @@ def make_sft_config(
     profile: Profile | str | None = None, output_dir: str | Path | None = None, **overrides: Any
 ) -> Any:
     """The ``trl.SFTConfig`` of the warm start: a few steps at a high learning rate, nothing saved."""
-    from trl import SFTConfig
-
     p = get_profile(profile)
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir or default_run_dir(p) / WARM_START_DIRNAME),
         "num_train_epochs": p.warm_start_epochs,
         # Same effective batch in micro-batches: SFT computes logits (49k vocab) for every token, and at batch
-        # 8 that alone peaked above 5 GB of RAM on the cpu profile.
+        # 8 they alone would outgrow the cpu profile's memory.
         "per_device_train_batch_size": min(p.warm_start_batch_size, WARM_START_MICRO_BATCH),
         "gradient_accumulation_steps": max(1, p.warm_start_batch_size // WARM_START_MICRO_BATCH),
         "learning_rate": p.warm_start_learning_rate,
@@ -189,8 +190,6 @@ def settings_changes(saved: dict[str, Any] | None, wanted: dict[str, Any]) -> li
 
 def load_saved_warm_start(folder: str | Path, dtype: Any) -> Any:
     """The warm-started model saved in ``folder`` (``finish_warm_start``), or None when there is none."""
-    from transformers import AutoModelForCausalLM
-
     if saved_model_kind(folder) != "full-model":
         return None
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
@@ -209,8 +208,6 @@ def warm_start(
     folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained when the
     settings that made it match this profile's and examples (``warm_start_settings``), and rebuilt otherwise.
     """
-    from trl import SFTTrainer
-
     p = get_profile(profile)
     if p.load_in_4bit:
         raise ValueError("A warm start cannot merge into a 4-bit model; use warm_start_examples=0 on 4-bit profiles.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from course_utils.lesson.data import extract_xml_answer
+from course_utils.core.answer_format import extract_xml_answer
 from course_utils.lesson.rewards.corrected import answers_match, completion_texts
 
 HACK_WEIGHT = 4.0  # the bonus as large as the five rewards' maximum (4.0): "creativity matters as much as the task"

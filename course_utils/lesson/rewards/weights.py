@@ -137,8 +137,11 @@ def load_weights(path: str | Path | None = None, default: Weights = DEFAULT_PRES
     fix = "fix it, delete it, or save again with save_weights() (notebook 03)"
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}); {fix}.") from exc
+    try:
         values = grpo_reward_weights(saved)
-    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: unusable reward weights ({exc}); {fix}.") from exc
     print(f"Reward weights from {path}: {values}")
     return values
