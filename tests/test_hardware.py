@@ -143,3 +143,13 @@ def test_hardware_is_read_from_a_name_a_dict_or_itself_and_bad_input_is_named():
         Hardware(device="tpu")
     with pytest.raises(ValueError, match="num_processes"):
         Hardware("cpu", num_processes=0)
+
+
+def test_cpu_family_model_tells_generations_of_one_model_name_apart(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n"
+                       "cpu family\t: 25\nmodel\t\t: 1\n")
+    assert hardware.cpu_family_model(cpuinfo) == "family 25, model 1"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert hardware.cpu_family_model(cpuinfo) == "unknown"
+    assert hardware.cpu_family_model(tmp_path / "missing") == "unknown"

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from course_utils.cpu_speed import versions
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints.txt"
@@ -123,3 +126,14 @@ def test_the_pin_writer_drops_local_labels_and_the_course_itself():
     assert "grpo-course" not in written and "pip" not in written
     assert written["torch"] == Version(Version(metadata.version("torch")).base_version)
     assert writer.canonical("Jinja2") == "jinja2" and writer.canonical("typing_extensions") == "typing-extensions"
+
+
+def test_the_cpu_plug_ins_tested_versions_hold_the_pins():
+    """Moving a pin (``make pins``) past what the CPU plug-in was tested with fails here, not as a silent slow lab."""
+    pins = read_pins(CONSTRAINTS.read_text())
+    outside = {
+        name: str(pins[canonical(name)])
+        for name, tested in versions.TESTED.items()
+        if not SpecifierSet(tested).contains(pins[canonical(name)], prereleases=True)
+    }
+    assert not outside, f"pinned outside cpu_speed.versions.TESTED: {outside}; test the plug-in, then widen TESTED"

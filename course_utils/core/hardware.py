@@ -173,12 +173,29 @@ def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_family_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's family and model numbers ("family 25, model 1"): one model name covers generations that differ
+    several-fold in speed (AMD's "AMD EPYC" names Zen 1 to Zen 5 alike). "unknown" where Linux does not say."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return "unknown"
+    fields: dict[str, str] = {}
+    for line in lines:  # the first processor's lines come first
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "cpu family" not in fields or "model" not in fields:
+        return "unknown"
+    return f"family {fields['cpu family']}, model {fields['model']}"
+
+
 def machine_summary() -> dict[str, str]:
     """The facts every measured figure is reported with: CPU, cores, kernels, precision path."""
     torch = _torch()
     precision = cpu_precision()
     return {
         "machine_cpu": cpu_model_name(),
+        "machine_cpu_family_model": cpu_family_model(),
         "machine_cores": str(os.cpu_count()),
         "machine_torch_threads": str(torch.get_num_threads()),
         "cpu_capability": precision.capability,
