@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from course_utils.core.paths import cache_dir
 
 os.environ.setdefault("COURSE_PROFILE", "ci")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -24,10 +27,15 @@ SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 def private_kernel_cache(tmp_path_factory):
     """Packed-kernel timings go to a file of this session (``COURSE_KERNEL_CACHE``), not to the learner's cache.
 
-    In the environment, so that the notebooks and scripts the tests start write there too.
+    In the environment, so that the notebooks and scripts the tests start write there too. It starts as a copy of
+    the learner's file where there is one: the choices this machine measured before are read, never written.
     """
     before = os.environ.get(KERNEL_CACHE_ENV_VAR)
-    os.environ[KERNEL_CACHE_ENV_VAR] = str(tmp_path_factory.mktemp("kernel_cache") / "packed_kernels.json")
+    session_file = tmp_path_factory.mktemp("kernel_cache") / "packed_kernels.json"
+    learners_file = Path(before) if before else cache_dir() / "packed_kernels.json"
+    if learners_file.is_file():
+        shutil.copyfile(learners_file, session_file)
+    os.environ[KERNEL_CACHE_ENV_VAR] = str(session_file)
     yield Path(os.environ[KERNEL_CACHE_ENV_VAR])
     if before is None:
         os.environ.pop(KERNEL_CACHE_ENV_VAR, None)
