@@ -276,28 +276,19 @@ def _tiny_model_folder() -> str:
     return folder
 
 
-def trl_trainer(
-    num_generations: int = 4,
-    scale_rewards: str = "group",
-    loss_type: str = "dapo",
-    beta: float = 0.0,
-    epsilon: float = 0.2,
-    epsilon_high: float | None = None,
-    use_bias_correction_kl: bool = True,
-    max_completion_length: int = 1,
-) -> Any:
-    """A real ``GRPOTrainer`` on a tiny random Qwen2 model (CPU, about a second), reused per setting.
+def trl_trainer(*settings: Any, **named_settings: Any) -> Any:
+    """A real ``GRPOTrainer`` on a tiny random Qwen2 model (CPU, about a second), reused per setting
+    (the settings of :func:`_kept_trl_trainer`: ``num_generations``, ``scale_rewards``, ``loss_type``, ``beta``, ...).
 
     Its only reward is a ``FixedRewards``: set ``trainer.reward_funcs[0].values`` to make TRL score
     completions with rewards of your choice (one token each by default: only the rewards matter).
     A kept trainer is built again when accelerate's process-wide state it runs on was reset since (every new
     ``TrainingArguments`` resets it when it sets up its device).
     """
-    settings = (num_generations, scale_rewards, loss_type, beta, epsilon, epsilon_high, use_bias_correction_kl)
-    trainer = _kept_trl_trainer(*settings, max_completion_length)
+    trainer = _kept_trl_trainer(*settings, **named_settings)
     if not _accelerate_state_holds(trainer):
         _kept_trl_trainer.cache_clear()
-        trainer = _kept_trl_trainer(*settings, max_completion_length)
+        trainer = _kept_trl_trainer(*settings, **named_settings)
     return trainer
 
 
