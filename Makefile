@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
 REPO ?=
 
-.PHONY: setup lab test test-slow lint course bench bench-long variants clean pins colab-links gpu-check
+.PHONY: setup notebooks lab test test-slow lint course bench bench-long variants clean pins colab-links gpu-check
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -39,14 +39,25 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 setup: $(STAMP)
 	$(PY) -m course_utils.lesson.models
 
+# The learner copies: notebooks/NN_*.ipynb made from solutions/NN_*.ipynb by nbgrader's ClearSolutions
+notebooks: $(STAMP)
+	$(PY) scripts/make_learner_copies.py
+
 lab: setup
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(ROOT_FLAG) $(LAB_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check course_utils tests benchmarks notebooks scripts
+	$(VENV)/bin/ruff check course_utils tests benchmarks solutions scripts
 
+# Both copies executed as a learner runs them: the solutions (every check passes) and the learner copies
+# (every check reads "not answered yet", the notebook still runs to the end), then their verdicts read back.
+EXECUTED := build/executed
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement and not long" tests --nbmake notebooks
+	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement and not long and not executed" tests
+	@echo "--- both copies of the course, executed in $(EXECUTED)/"
+	rm -rf $(EXECUTED) && mkdir -p $(EXECUTED) && cp -r notebooks solutions $(EXECUTED)/
+	$(CI_ENV) $(PY) -m pytest -q --durations=20 --nbmake --overwrite $(EXECUTED)/notebooks $(EXECUTED)/solutions
+	$(CI_ENV) COURSE_EXECUTED_NOTEBOOKS=$(EXECUTED) $(PY) -m pytest -q -m executed tests/test_executed_notebooks.py
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
 

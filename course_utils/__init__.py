@@ -23,10 +23,9 @@
     (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants side by side, a reward hack
     caught).
 ``exercises``: the checks a notebook calls; imports every group above.
-    ``comparison`` (verdicts, and a learner's function compared with the reference), one module a notebook
-    (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``, ``nb04_train_grpo``,
-    ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``), ``lesson_checks``
-    (the constructs notebooks 04 and 05 write out, compared with the package's).
+    ``comparison`` (verdicts, a learner's function compared with the reference, what a check hands back), one
+    module a notebook (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,
+    ``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``).
 ``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and is imported
     only by training, evaluation and exercises.
     ``packed_linear`` (linear layers packed for decoding), ``group_generation`` (a GRPO group sampled in fewer

@@ -83,3 +83,11 @@ def load_script():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def gsm8k_train(gsm8k_dir):
+    """The real GSM8K train split: the rows the notebooks' checks build their cases from."""
+    from course_utils.lesson.data import load_gsm8k
+
+    return load_gsm8k("train", folder=gsm8k_dir, verbose=False)

@@ -17,7 +17,7 @@ import yaml
 from course_utils.core.profiles import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((REPO / "solutions").glob("*.ipynb"))  # the source; notebooks/ is made from it
 EXPECTED_NOTEBOOKS = [
     "00_setup",
     "01_grpo_concepts",
@@ -81,7 +81,7 @@ def test_notebook_starts_with_goals_and_run_time_then_the_colab_cell(path):
     text = "".join(first["source"]).lower()
     assert "goal" in text and "run time" in text
     colab = code_cells(notebook)[0]
-    assert colab == code_cells(load(REPO / "notebooks" / "00_setup.ipynb"))[0], "the Colab cell differs from 00's"
+    assert colab == code_cells(load(REPO / "solutions" / "00_setup.ipynb"))[0], "the Colab cell differs from 00's"
     assert 'if "google.colab" in sys.modules' in colab and "scripts/colab_install.py" in colab
 
 
@@ -202,7 +202,7 @@ def test_gitignore_covers_venv_caches_and_outputs():
 
 def test_ruff_is_clean_on_package_tests_and_notebooks():
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "course_utils", "tests", "benchmarks", "notebooks"],
+        [sys.executable, "-m", "ruff", "check", "course_utils", "tests", "benchmarks", "solutions", "scripts"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -232,7 +232,7 @@ LESSON_CODE = {
 
 @pytest.mark.parametrize("name", sorted(LESSON_CODE))
 def test_lesson_code_is_written_in_cells_and_checked(name):
-    notebook = load(REPO / "notebooks" / f"{name}.ipynb")
+    notebook = load(REPO / "solutions" / f"{name}.ipynb")
     source = "\n".join(code_cells(notebook))
     for function, check in LESSON_CODE[name].items():
         assert re.search(rf"^def {function}\(", source, re.M), f"{name} does not define {function}"
@@ -258,7 +258,7 @@ LESSON_CALLS = {
 
 @pytest.mark.parametrize("name", sorted(LESSON_CALLS))
 def test_library_calls_are_written_in_cells_and_checked(name):
-    source = "\n".join(code_cells(load(REPO / "notebooks" / f"{name}.ipynb")))
+    source = "\n".join(code_cells(load(REPO / "solutions" / f"{name}.ipynb")))
     for call, companion in LESSON_CALLS[name].items():
         assert call in source and companion in source, f"{name}: {call!r} with {companion!r} is not in a code cell"
     assert "training.train(" not in source and "getsource" not in source
@@ -267,7 +267,7 @@ def test_library_calls_are_written_in_cells_and_checked(name):
 @pytest.mark.parametrize("name", ["04_train_grpo", "05_evaluate", "99_appendix_cpu_speed"])
 def test_engineering_detail_stays_out_of_the_lesson_text(name):
     """Markdown cells stay short and speak of memory reuse, not of the C library's internals."""
-    texts = markdown(load(REPO / "notebooks" / f"{name}.ipynb"))
+    texts = markdown(load(REPO / "solutions" / f"{name}.ipynb"))
     assert all(len(text.split()) <= 250 for text in texts), [len(t.split()) for t in texts if len(t.split()) > 250]
     for word in ("malloc", "page fault"):
         assert not any(word in text.lower() for text in texts), f"{name} mentions {word!r}"
@@ -294,7 +294,7 @@ def test_readme_profile_table_states_each_profiles_group_batch_and_completion_le
 
 def test_notebook_05_states_each_profiles_number_of_evaluation_problems():
     """Its goals cell says how many problems each profile evaluates: the numbers profiles.py sets (eval_size)."""
-    first = " ".join("".join(load(REPO / "notebooks" / "05_evaluate.ipynb")["cells"][0]["source"]).split())
+    first = " ".join("".join(load(REPO / "solutions" / "05_evaluate.ipynb")["cells"][0]["source"]).split())
     stated = dict(re.findall(r"`([\w-]+)` (?:evaluates )?(\d+)\b", first))
     assert sorted(stated) == sorted(PROFILES), f"notebook 05 states the problems of {sorted(stated)}"
     for name, count in stated.items():

@@ -1,8 +1,14 @@
-"""The verdicts every notebook's checks print, and the comparison of a learner's function with the reference.
+"""The verdicts every notebook's checks print, the comparison with the reference, and what a check hands back.
 
-Each check prints a verdict with a hint and returns ``True`` or ``False``; it never raises, so a
-notebook with an unanswered exercise still runs top to bottom (in CI too). An unanswered exercise
-(``None`` or ``...``) is reported as such, not as wrong.
+Each check prints a verdict with a hint and never raises, so a notebook with an unanswered exercise still
+runs top to bottom (in CI too). An unanswered exercise is reported as such, not as wrong: a value left at
+``None`` or ``...``, a function whose body is still the stub (``...``, ``pass``) or raises
+``NotImplementedError``.
+
+A check of a function or an object the notebook goes on using hands back what the notebook continues
+with (``hand_back``): the learner's version when it passed, otherwise the package's reference, and it
+says which. So ``advantages = check_01_advantages(advantages)`` keeps the rest of notebook 01 running
+whatever the learner wrote.
 
 ``check_against_reference`` is the one place where a function the learner wrote in a notebook cell is
 run next to the package's reference on a bank of ``Case``s (real GSM8K rows, edge cases, TRL's own
@@ -20,9 +26,30 @@ from typing import Any
 import torch
 
 
+def _stub() -> None:
+    """A function whose body is only a docstring and ``...``: what the learner copies start with."""
+    ...
+
+
+def _pass_stub() -> None:
+    pass
+
+
+EMPTY_BODIES = {_stub.__code__.co_code, _pass_stub.__code__.co_code}
+
+
+def has_empty_body(function: Any) -> bool:
+    """True for a function whose body does nothing (``...``, ``pass``, only a docstring or comments)."""
+    code = getattr(function, "__code__", None)
+    if code is None or code.co_code not in EMPTY_BODIES:
+        return False
+    returned = [c for c in code.co_consts if c is not None and c != function.__doc__]
+    return not returned  # `lambda text: 0` compiles to the same instructions, returning 0 rather than None
+
+
 def is_unanswered(answer: Any) -> bool:
-    """True for the placeholders the notebooks start with (``None`` or ``...``)."""
-    return answer is None or answer is Ellipsis
+    """True for the placeholders the notebooks start with: ``None``, ``...``, or a function with an empty body."""
+    return answer is None or answer is Ellipsis or has_empty_body(answer)
 
 
 def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
@@ -32,6 +59,15 @@ def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
         return False
     print(f"✅ {exercise}: correct." if correct else f"❌ {exercise}: not yet. Hint: {hint}")
     return bool(correct)
+
+
+def hand_back(exercise: str, passed: bool, yours: Any, reference: Any, reference_name: str) -> Any:
+    """What the notebook continues with: ``yours`` when it passed, else ``reference``, saying which."""
+    if passed:
+        print(f"   {exercise}: the notebook continues with yours.")
+        return yours
+    print(f"   {exercise}: the notebook continues with the package's {reference_name}.")
+    return reference
 
 
 def close_to(answer: Any, expected: float, tolerance: float = 1e-6) -> bool:
@@ -91,10 +127,16 @@ def same_values(expected: Any, got: Any, tolerance: float = 1e-5) -> bool:
     return type(got) is type(expected) and got == expected
 
 
+class NotAnswered(Exception):
+    """The learner's function raised ``NotImplementedError``: a stub, not a wrong answer."""
+
+
 def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
     """``(True, value)`` or ``(False, the exception)``: a raised error is an outcome to compare, not a crash."""
     try:
         return True, function(*args)
+    except NotImplementedError as exc:
+        raise NotAnswered(str(exc)) from exc
     except Exception as exc:  # any error of the learner's code is reported, never raised
         return False, exc
 
@@ -102,6 +144,17 @@ def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool,
 def _error_kind(exc: BaseException) -> type[BaseException]:
     """The built-in class an error belongs to (``GSM8KFormatError`` -> ``ValueError``): what a learner can match."""
     return next(cls for cls in type(exc).__mro__ if cls.__module__ == "builtins")
+
+
+# Errors that all say "this input is not what I take": where the reference refuses an input with one of them,
+# a learner's version that refuses it with another is right (validating first gives TypeError, not AttributeError).
+BAD_INPUT_ERRORS = (ValueError, TypeError, AttributeError, KeyError, IndexError)
+
+
+def _same_refusal(expected: BaseException, got: BaseException, errors: str) -> bool:
+    if errors == "family" and isinstance(expected, BAD_INPUT_ERRORS):
+        return isinstance(got, BAD_INPUT_ERRORS)
+    return isinstance(got, _error_kind(expected))
 
 
 def _describe(ok: bool, value: Any, width: int = 90) -> str:
@@ -137,10 +190,12 @@ def _difference(label: str, expected: tuple[bool, Any], got: tuple[bool, Any]) -
     return Difference(label, _describe(*expected), _describe(*got))
 
 
-def _agree(expected: tuple[bool, Any], got: tuple[bool, Any], same: Callable[[Any, Any], bool]) -> bool:
+def _agree(
+    expected: tuple[bool, Any], got: tuple[bool, Any], same: Callable[[Any, Any], bool], errors: str = "family"
+) -> bool:
     (expected_ok, expected_value), (got_ok, got_value) = expected, got
-    if not expected_ok:  # the reference refuses this input: the learner's version must refuse it the same way
-        return not got_ok and isinstance(got_value, _error_kind(expected_value))
+    if not expected_ok:  # the reference refuses this input: the learner's version must refuse it too
+        return not got_ok and _same_refusal(expected_value, got_value, errors)
     if not got_ok:
         return False
     try:
@@ -154,28 +209,49 @@ def compare_with_reference(
     reference: Callable[..., Any],
     cases: Sequence[Case],
     same: Callable[[Any, Any], bool] = same_values,
+    errors: str = "family",
 ) -> list[Difference]:
     """Run both functions on every case; return the cases where they differ (in value, or in raising).
 
-    Where the reference raises, the learner's version must raise an error of the same built-in kind
-    (``ValueError``, ``TypeError``...): refusing bad input is part of the behaviour being checked.
+    Where the reference raises, the learner's version must raise too: refusing bad input is part of the
+    behaviour being checked. ``errors="family"`` accepts any of ``BAD_INPUT_ERRORS`` for one of them;
+    ``errors="kind"`` demands the same built-in kind (where the task names the error). A learner's
+    ``NotImplementedError`` raises ``NotAnswered``.
     """
+    if errors not in ("family", "kind"):
+        raise ValueError(f"errors must be 'family' or 'kind', got {errors!r}")
     differences = []
     for case in cases:
         reference_args = case.args if case.reference_args is None else case.reference_args
         expected, got = _outcome(reference, reference_args), _outcome(learner, case.args)
-        if not _agree(expected, got, same):
+        if not _agree(expected, got, same, errors):
             differences.append(_difference(case.label, expected, got))
     return differences
 
 
+def package_origin(function: Any) -> str | None:
+    """``module.name`` when ``function`` is the package's own (``course_utils...``), else None.
+
+    A learner's function is defined in the notebook; one that comes from ``course_utils`` (``generation_batch =
+    training.check_generation_batch``, or a ``functools.partial`` of it) is the reference, not an answer.
+    """
+    inner = getattr(function, "func", function)  # functools.partial
+    module = getattr(inner, "__module__", None) or ""
+    if module == "course_utils" or module.startswith("course_utils."):
+        return f"{module}.{getattr(inner, '__qualname__', type(inner).__name__)}"
+    return None
+
+
 def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
-    """Report an unanswered exercise or an answer that is not a function; checked before building any cases."""
+    """Report an unanswered exercise, an answer that is not a function, or the package's own function."""
     if is_unanswered(learner):
         report(exercise, False, hint, learner)
         return True
     if not callable(learner):
         print(f"❌ {exercise}: {type(learner).__name__} {learner!r:.40} is not a function; pass the function, no ().")
+        return True
+    if origin := package_origin(learner):
+        print(f"❌ {exercise}: that is the package's own {origin}; write the function yourself. Hint: {hint}")
         return True
     return False
 
@@ -188,12 +264,17 @@ def check_against_reference(
     *,
     hint: str,
     same: Callable[[Any, Any], bool] = same_values,
+    errors: str = "family",
     show: int = 4,
 ) -> bool:
     """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
     if not_a_function(exercise, learner, hint):
         return False
-    differences = compare_with_reference(learner, reference, cases, same)
+    try:
+        differences = compare_with_reference(learner, reference, cases, same, errors)
+    except NotAnswered:
+        report(exercise, False, hint, None)
+        return False
     if not differences:
         print(f"✅ {exercise}: same result as the reference on all {len(cases)} cases.")
         return True
@@ -204,6 +285,25 @@ def check_against_reference(
         print(f"   ... and {len(differences) - show} more.")
     print(f"   Hint: {hint}")
     return False
+
+
+def shown(value: Any) -> str:
+    """A value on one short line (sets sorted): what a verdict line prints."""
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value)
+    text = repr(value)
+    return text if len(text) <= 70 else f"{text[:67]}..."
+
+
+def field_differences(yours: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
+    """One line per field whose value differs (a field missing on one side counts), in the reference's order."""
+    lines = []
+    for name in [*reference, *(k for k in yours if k not in reference)]:
+        mine, theirs = yours.get(name, "(not set)"), reference.get(name, "(not set)")
+        if mine != theirs:
+            lines.append(f"{name}: yours {shown(mine)}, reference {shown(theirs)}")
+    return lines
+
 
 
 # --- real GSM8K rows for the case banks ----------------------------------------------------------

@@ -1,15 +1,17 @@
-"""Notebook 04 (training): the batch arithmetic of ``GRPOConfig`` and the monitoring rules.
-
-The checks of the constructs written out in the lesson cells are in ``lesson_checks``.
-"""
+"""Notebook 04 (training): the constructs the learner writes (``SFTConfig``, ``LoraConfig``, ``GRPOConfig``,
+``GRPOTrainer``), the batch arithmetic of ``GRPOConfig`` and the monitoring rules."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, report
+from course_utils.core.profiles import Profile
+from course_utils.exercises.comparison import Case, check_against_reference, close_to, field_differences, report, shown
+from course_utils.lesson.rewards import REWARD_FUNCS
 from course_utils.training.monitoring import monitor
-from course_utils.training.run import check_generation_batch
+from course_utils.training.run import check_generation_batch, make_grpo_config, make_lora_config
+from course_utils.training.warm_start import make_sft_config
 
 
 def check_04_prompts_per_step(answer: Any) -> bool:
@@ -59,3 +61,107 @@ def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:
     text = answer.strip() if isinstance(answer, str) else ""
     hint = "run monitor(log_history) and read the rule names, or look at the last columns of the frame"
     return report("04.3 monitoring rule", text in fired, hint, answer)
+
+
+# --- the constructs written out in the lesson cells ----------------------------------------------------
+
+# Fields compared between a learner's LoraConfig and the reference (the rest are peft's bookkeeping)
+LORA_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules", "layers_to_transform", "task_type")
+
+
+class DiffersFromReference(ValueError):
+    """The learner's construct differs from the package's reference for the same profile."""
+
+
+def _verdict(what: str, differences: Sequence[str], fix: str) -> bool:
+    """Print the verdict; raise with every difference listed when there is one."""
+    if not differences:
+        print(f"✅ {what}: the same as the package's reference, field by field.")
+        return True
+    listing = "\n".join(f"  - {line}" for line in differences)
+    raise DiffersFromReference(f"{what} differs from the package's reference in {len(differences)} place(s):\n"
+                               f"{listing}\n{fix}")
+
+
+PROFILE_FIX = ("Read each value from the profile as the reference does; to try another value, change the profile "
+               "(profile = profile.override(field=value)) and rerun from its cell.")
+
+
+def _as_dict(config: Any, kind: str) -> dict[str, Any]:
+    if not hasattr(config, "to_dict"):
+        raise TypeError(f"expected a {kind}, got {type(config).__name__}; pass the object your cell built")
+    return config.to_dict()
+
+
+def check_sft_config(config: Any, profile: Profile) -> bool:
+    """The learner's ``SFTConfig`` against ``warm_start.make_sft_config(profile)``, every field."""
+    yours = _as_dict(config, "trl.SFTConfig")
+    reference = make_sft_config(profile, yours["output_dir"]).to_dict()
+    return _verdict("Your SFTConfig", field_differences(yours, reference), PROFILE_FIX)
+
+
+def check_grpo_config(config: Any, profile: Profile, reward_weights: Any = None) -> bool:
+    """The learner's ``GRPOConfig`` against ``training.make_grpo_config(profile)``, every field.
+
+    ``reward_weights`` are the weights the learner's cell used (notebook 03's); the reference gets the same.
+    """
+    yours = _as_dict(config, "trl.GRPOConfig")
+    reference = make_grpo_config(profile, yours["output_dir"], reward_weights=reward_weights)
+    return _verdict("Your GRPOConfig", field_differences(yours, reference.to_dict()), PROFILE_FIX)
+
+
+def _lora_fields(config: Any) -> dict[str, Any]:
+    values = {name: getattr(config, name, "(not set)") for name in LORA_FIELDS}
+    if isinstance(values["target_modules"], (list, tuple)):
+        values["target_modules"] = set(values["target_modules"])
+    if isinstance(values["layers_to_transform"], tuple):
+        values["layers_to_transform"] = list(values["layers_to_transform"])
+    values["task_type"] = str(getattr(values["task_type"], "value", values["task_type"]))
+    return values
+
+
+def check_lora_config(config: Any, profile: Profile, model: Any) -> bool:
+    """The learner's ``LoraConfig`` against ``training.make_lora_config(profile, model)`` (None: no LoRA)."""
+    reference = make_lora_config(profile, model)
+    if reference is None or config is None:
+        same = reference is None and config is None
+        differences = [] if same else [f"LoRA: yours {shown(config)}, reference {shown(reference)}"]
+        return _verdict("Your LoRA choice", differences, PROFILE_FIX)
+    return _verdict("Your LoraConfig", field_differences(_lora_fields(config), _lora_fields(reference)), PROFILE_FIX)
+
+
+def trainer_differences(trainer: Any, profile: Profile, config: Any, lora: Any, tokenizer: Any) -> list[str]:
+    """What a ``GRPOTrainer`` was given that the course's run is not: rewards, args, data, LoRA.
+
+    Callbacks are the learner's own (a plain ``GRPOTrainer`` passes): the CPU speed-ups are applied around
+    ``trainer.train()`` (``cpu_speed.enabled``), not given to the trainer.
+    """
+    differences = []
+    names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer, "reward_funcs", [])]
+    expected = [f.__name__ for f in REWARD_FUNCS]
+    if names != expected:
+        differences.append(f"reward_funcs: yours {names}, reference {expected} (lesson.rewards.REWARD_FUNCS)")
+    if trainer.args is not config:
+        differences.append("args: not the GRPOConfig checked above; pass args=config")
+    if trainer.processing_class is not tokenizer:
+        differences.append("processing_class: not the tokenizer loaded with the model; pass processing_class=tokenizer")
+    columns = set(getattr(trainer.train_dataset, "column_names", []) or [])
+    if not {"prompt", "answer"} <= columns:
+        differences.append(f"train_dataset: columns {sorted(columns)}, needs 'prompt' and 'answer' "
+                           "(training.training_dataset(profile, tokenizer=tokenizer))")
+    adapters = getattr(trainer.model, "peft_config", {})
+    if lora is not None:
+        got = _lora_fields(adapters["default"]) if "default" in adapters else None
+        if got is None or field_differences(got, _lora_fields(lora)):
+            differences.append("peft_config: the model carries no LoRA adapter as configured; pass peft_config=lora")
+    elif adapters:
+        differences.append("peft_config: this profile fine-tunes every weight; pass peft_config=None")
+    return differences
+
+
+def check_grpo_trainer(trainer: Any, profile: Profile, config: Any, lora: Any, tokenizer: Any) -> bool:
+    """The learner's ``GRPOTrainer`` against what ``training.build_trainer`` passes for the same profile."""
+    fix = "Pass exactly what the reference passes; see training.build_trainer."
+    return _verdict("Your GRPOTrainer", trainer_differences(trainer, profile, config, lora, tokenizer), fix)
+
+

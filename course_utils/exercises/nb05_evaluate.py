@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from course_utils.evaluation.heldout import evaluate_model
 from course_utils.evaluation.metrics import last_number
 from course_utils.evaluation.stats import wilson_interval
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, report
+from course_utils.exercises.comparison import Case, check_against_reference, close_to, field_differences, report
 from course_utils.lesson.rewards import answers_match
 
 CHECKER_OPTIONS_05 = ("1000", "1,000", "$1000", "1000.0", "one thousand", "100")
@@ -64,3 +66,50 @@ def check_05_checker_matters(answer: Any) -> bool:
     given = {str(a).strip() for a in answer} if isinstance(answer, (list, tuple, set)) else None
     hint = "list the strings (e.g. ['1,000', ...]) that mean 1000 but are not written '1000'; try answers_match"
     return report("05.3 math-verify versus exact match", given == expected, hint, answer)
+
+
+# --- notebook 05: the evaluation loop ------------------------------------------------------------------
+
+RECORD_FIELDS = ("completion", "extracted", "correct")
+
+
+def check_evaluation_loop(
+    learner: Callable[..., Sequence[Mapping[str, Any]]],
+    model: Any,
+    tokenizer: Any,
+    problems: Any,
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+) -> bool:
+    """Run the learner's loop and ``evaluation.evaluate_model`` on the same problems; compare per problem.
+
+    The reference runs in the dataset's order with the same batches (``sort_by_length=False``), so the
+    same greedy generation gives the same text; each record's ``completion``, ``extracted`` and ``correct``
+    must match.
+    """
+    yours = list(learner(model, tokenizer, problems, batch_size, max_new_tokens))
+    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
+    reference = evaluate_model(model, tokenizer, problems, sort_by_length=False, **settings)["records"]
+    differences = []
+    if len(yours) != len(reference):
+        differences.append(f"records: yours {len(yours)}, reference {len(reference)} (one per problem)")
+    for index, (mine, theirs) in enumerate(zip(yours, reference, strict=False)):
+        if not isinstance(mine, Mapping):
+            differences.append(f"problem {index}: yours is a {type(mine).__name__}, not a dict of {RECORD_FIELDS}")
+            continue
+        got = {name: mine.get(name, "(not set)") for name in RECORD_FIELDS}
+        wanted = {name: theirs[name] for name in RECORD_FIELDS}
+        differences += [f"problem {index}, {line}" for line in field_differences(got, wanted)]
+    fix = ("Each record is {'completion': text, 'extracted': extract_xml_answer(text), 'correct': "
+           "answers_match(...)}; generate greedily, left-padded, with skip_special_tokens when decoding.")
+    return _loop_verdict(f"Your evaluation loop ({len(reference)} problems)", differences, fix)
+
+
+def _loop_verdict(what: str, differences: Sequence[str], fix: str) -> bool:
+    """Print the verdict; raise with every difference listed when there is one."""
+    if not differences:
+        print(f"✅ {what}: the same as the package's reference, problem by problem.")
+        return True
+    listing = "\n".join(f"  - {line}" for line in differences)
+    raise ValueError(f"{what} differs from the package's reference in {len(differences)} place(s):\n{listing}\n{fix}")

@@ -1,20 +1,18 @@
-"""The checks after notebook 04's and 05's learner-written constructs: the reference passes, each kind of
-difference is named, field by field."""
+"""Notebook 04's checks of the constructs the learner writes: SFTConfig, LoraConfig, GRPOConfig, GRPOTrainer."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from course_utils.core.profiles import get_profile
-from course_utils.exercises import lesson_checks
-from course_utils.exercises.lesson_checks import DiffersFromReference, field_differences
-from course_utils.lesson.data import load_gsm8k
+from course_utils.exercises import nb04_train_grpo as lesson_checks
+from course_utils.exercises.comparison import field_differences
+from course_utils.exercises.nb04_train_grpo import DiffersFromReference
 from course_utils.lesson.models import build_tiny_random_model
-from course_utils.lesson.rewards import REWARD_FUNCS, answers_match, extract_xml_answer, load_weights
+from course_utils.lesson.rewards import REWARD_FUNCS, load_weights
 from course_utils.training import run as training
 from course_utils.training.warm_start import make_sft_config
 
@@ -129,55 +127,3 @@ def test_grpo_trainer_check_names_rewards_and_adapters(tiny_setup):
     assert "peft_config" in message
 
 
-# --- notebook 05's evaluation loop -------------------------------------------------------------------------
-
-
-def learner_loop(model, tokenizer, problems, batch_size, max_new_tokens, whole_sequence=False):
-    """What notebook 05's learner writes (``whole_sequence``: the classic slip of decoding the prompt too)."""
-    records = []
-    for start in range(0, len(problems), batch_size):
-        batch = problems.select(range(start, min(start + batch_size, len(problems))))
-        texts = tokenizer.apply_chat_template(list(batch["prompt"]), add_generation_prompt=True, tokenize=False)
-        inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        with torch.inference_mode():
-            output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-        new = output if whole_sequence else output[:, inputs["input_ids"].shape[1] :]
-        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        for completion, gold in zip(texts, batch["answer"], strict=True):
-            extracted = extract_xml_answer(completion)
-            records.append({"completion": completion, "extracted": extracted,
-                            "correct": bool(extracted) and bool(answers_match(extracted, gold))})  # fmt: skip
-    return records
-
-
-@pytest.fixture(scope="module")
-def three_problems():
-    return load_gsm8k("test", formatted=True, limit=3, verbose=False)
-
-
-@pytest.mark.slow
-def test_the_evaluation_loop_check(offline_model_and_tokenizer, three_problems):
-    model, tokenizer = offline_model_and_tokenizer
-    settings = {"batch_size": 2, "max_new_tokens": 6}  # two batches, the second one short
-    assert lesson_checks.check_evaluation_loop(learner_loop, model, tokenizer, three_problems, **settings)
-
-    two, short = three_problems.select(range(2)), {"batch_size": 1, "max_new_tokens": 2}  # each slip, cheaply
-
-    def with_prompt(*args):
-        return learner_loop(*args, whole_sequence=True)
-
-    with pytest.raises(DiffersFromReference, match="problem 0, completion: yours"):
-        lesson_checks.check_evaluation_loop(with_prompt, model, tokenizer, two, **short)
-
-    def first_batch_only(*args):
-        return learner_loop(*args)[:1]
-
-    with pytest.raises(DiffersFromReference, match="records: yours 1, reference 2"):
-        lesson_checks.check_evaluation_loop(first_batch_only, model, tokenizer, two, **short)
-
-    def texts_only(*args):
-        return [r["completion"] for r in learner_loop(*args)]
-
-    with pytest.raises(DiffersFromReference, match="not a dict"):
-        lesson_checks.check_evaluation_loop(texts_only, model, tokenizer, two, **short)
