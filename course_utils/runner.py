@@ -1,7 +1,9 @@
 """Run every notebook headless, in order, into ``build/`` with outputs, timing each one (``make course``).
 
 For instructors: run it on a workshop machine the day before, read the timings, and open the executed
-notebooks in ``build/`` to see what the learners will see.
+notebooks in ``build/`` to see what a finished run looks like. It runs the complete notebooks
+(``solutions/``); ``--copy notebooks`` runs the learner copies, whose checks read "not answered yet" and
+hand the package's reference on, so the timings are the same.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from pathlib import Path
 from course_utils.core.paths import repo_root
 from course_utils.core.profiles import get_profile
 
+COPIES = ("solutions", "notebooks")
+
 
 def course_notebooks(folder: Path | None = None) -> list[Path]:
-    """The course notebooks (``NN_name.ipynb``), in order."""
-    folder = folder or repo_root() / "notebooks"
+    """The course notebooks (``NN_name.ipynb``), in order; the complete ones (``solutions/``) by default."""
+    folder = folder or repo_root() / "solutions"
     return sorted(path for path in folder.glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -37,10 +41,12 @@ def execute_notebook(path: Path, output_dir: Path, timeout: int = 3600) -> float
     return seconds
 
 
-def run_course(output_dir: Path, only: list[str] | None = None) -> list[tuple[str, float]]:
+def run_course(output_dir: Path, only: list[str] | None = None, copy: str = "solutions") -> list[tuple[str, float]]:
     """Execute the notebooks in order (or those whose names contain one of ``only``); stop at the first failure."""
+    if copy not in COPIES:
+        raise ValueError(f"copy must be one of {COPIES}, got {copy!r}")
     timings = []
-    for path in course_notebooks():
+    for path in course_notebooks(repo_root() / copy):
         if only and not any(part in path.name for part in only):
             continue
         print(f"running {path.name} ...", flush=True)
@@ -55,11 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", type=Path, default=repo_root() / "build")
     parser.add_argument("--only", nargs="*", help="run only notebooks whose names contain these strings")
+    parser.add_argument("--copy", choices=COPIES, default="solutions", help="the complete notebooks or the learners'")
     args = parser.parse_args(argv)
     profile = get_profile()
     print(f"profile: {profile.name}")
     try:
-        timings = run_course(args.output, args.only)
+        timings = run_course(args.output, args.only, args.copy)
     except Exception as exc:  # report which notebook failed, in one line, for the instructor
         print(f"FAILED: {exc.__class__.__name__}: {str(exc)[-2000:]}", file=sys.stderr)
         return 1

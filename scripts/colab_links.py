@@ -2,7 +2,9 @@
 
 The repository URL lives in one place, ``[project.urls] Repository`` in ``pyproject.toml``. This rewrites it,
 every Colab badge in the README, and the ``git clone`` of every notebook's install cell (its first code
-cell) to ``https://github.com/owner/name``. Notebooks are edited as text, so nothing else in them changes.
+cell) to ``https://github.com/owner/name``, in both copies: ``solutions/`` (the source) and ``notebooks/`` (the
+learner copies made from it), so the two stay in step without a ``make notebooks``. Notebooks are edited as text,
+so nothing else in them changes.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def set_repository(slug: str, root: Path = ROOT) -> dict[str, int]:
         "pyproject.toml": _rewrite(root / "pyproject.toml", URL_LINE, rf"\g<1>{url}\g<2>"),
         "README badges": _rewrite(root / "README.md", BADGE, rf"\g<1>{slug}\g<2>"),
         "notebook install cells": sum(
-            _rewrite(path, CLONE, rf"\g<1>{url}\g<2>") for path in sorted((root / "notebooks").glob("*.ipynb"))
+            _rewrite(path, CLONE, rf"\g<1>{url}\g<2>")
+            for folder in ("solutions", "notebooks")
+            for path in sorted((root / folder).glob("*.ipynb"))
         ),
     }
     if not counts["pyproject.toml"]:

@@ -43,7 +43,8 @@ def course_copy(tmp_path) -> Path:
     for name in ["pyproject.toml", "README.md"]:
         root.mkdir(exist_ok=True)
         shutil.copy2(REPO / name, root / name)
-    shutil.copytree(REPO / "notebooks", root / "notebooks")
+    for folder in ("notebooks", "solutions"):
+        shutil.copytree(REPO / folder, root / folder)
     return root
 
 
@@ -57,10 +58,13 @@ def test_the_repository_url_is_written_once_in_pyproject(load_script):
 def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy, load_script):
     links = load_script("colab_links")
     counts = links.set_repository("someone/fork", course_copy)
-    assert counts == {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": len(NOTEBOOKS)}
-    for path in [course_copy / "README.md", course_copy / "pyproject.toml", *course_copy.glob("notebooks/*.ipynb")]:
+    assert counts == {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": 2 * len(NOTEBOOKS)}
+    copies = [*course_copy.glob("notebooks/*.ipynb"), *course_copy.glob("solutions/*.ipynb")]
+    for path in [course_copy / "README.md", course_copy / "pyproject.toml", *copies]:
         assert UPSTREAM not in path.read_text(encoding="utf-8"), path.name
     assert links.repository_url(course_copy) == "https://github.com/someone/fork"
+    copies_script = load_script("make_learner_copies")
+    assert copies_script.out_of_date(course_copy / "solutions", course_copy / "notebooks") == [], "copies in step"
     for original in NOTEBOOKS:
         changed = course_copy / "notebooks" / original.name
         assert install_cell(changed) == install_cell(original).replace(UPSTREAM, "someone/fork")

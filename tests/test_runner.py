@@ -9,9 +9,19 @@ import nbformat
 from course_utils import runner
 
 
-def test_course_notebooks_are_found_in_order():
+def test_course_notebooks_are_found_in_order_in_both_copies():
     names = [path.name for path in runner.course_notebooks()]
     assert names == sorted(names) and names[0] == "00_setup.ipynb"
+    assert runner.course_notebooks()[0].parent.name == "solutions"
+    learners = runner.course_notebooks(runner.repo_root() / "notebooks")
+    assert [path.name for path in learners] == names
+
+
+def test_an_unknown_copy_is_refused(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="copy must be one of"):
+        runner.run_course(tmp_path, copy="answers")
 
 
 def _write_notebook(path, source):
