@@ -49,14 +49,14 @@ lab: setup
 lint: setup
 	$(VENV)/bin/ruff check course_utils tests benchmarks solutions scripts
 
-# Both copies executed as a learner runs them: the solutions (every check passes) and the learner copies
-# (every check reads "not answered yet", the notebook still runs to the end), then their verdicts read back.
+# Both copies executed as a learner runs them, side by side (scripts/execute_copies.py): the solutions (every
+# check passes) and the learner copies (every check reads "not answered yet", the notebook still runs to the
+# end); then their verdicts are read back.
 EXECUTED := build/executed
 test: lint
 	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement and not long and not executed" tests
 	@echo "--- both copies of the course, executed in $(EXECUTED)/"
-	rm -rf $(EXECUTED) && mkdir -p $(EXECUTED) && cp -r notebooks solutions $(EXECUTED)/
-	$(CI_ENV) $(PY) -m pytest -q --durations=20 --nbmake --overwrite $(EXECUTED)/notebooks $(EXECUTED)/solutions
+	$(CI_ENV) $(PY) scripts/execute_copies.py --target $(EXECUTED)
 	$(CI_ENV) COURSE_EXECUTED_NOTEBOOKS=$(EXECUTED) $(PY) -m pytest -q -m executed tests/test_executed_notebooks.py
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb

@@ -1,7 +1,8 @@
 """The verdicts printed by both copies of the course, executed by nbmake under ``ci`` (``make test``).
 
 ``make test`` copies ``solutions/`` and ``notebooks/`` into ``build/executed/``, executes both with
-``pytest --nbmake --overwrite`` and then runs this file with ``COURSE_EXECUTED_NOTEBOOKS`` set to that folder.
+``pytest --nbmake --overwrite`` (``scripts/execute_copies.py``) and then runs this file with
+``COURSE_EXECUTED_NOTEBOOKS`` set to that folder.
 Every check prints one verdict line that starts with its icon and the exercise's number (``✅ 01.3 ...``):
 in the solutions every one passes, in the learner copies every one reads "not answered yet", and both
 copies print the same checks.
