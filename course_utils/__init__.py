@@ -18,8 +18,9 @@
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
     ``memory_measurement`` (real runs' peak memory against it), ``lab`` (the whole lab in one call).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
-    ``stats`` (Wilson intervals, the exact McNemar test), ``metrics`` (completions scored against gold answers),
-    ``tables`` (models compared on the same problems), ``heldout`` (generation on held-out problems), ``curves``
+    ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k), ``metrics`` (completions scored
+    against gold answers), ``tables`` (models compared on the same problems), ``heldout`` (greedy generation on
+    held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1, pass@k, maj@k), ``curves``
     (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants side by side, a reward hack
     caught).
 ``exercises``: the checks a notebook calls; imports every group above.

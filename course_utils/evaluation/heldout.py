@@ -24,7 +24,7 @@ from course_utils.lesson.token_lengths import prompt_token_lengths
 from course_utils.training.run import load_trained_model
 
 
-def _rows(dataset: Any) -> list[dict[str, Any]]:
+def rows_to_evaluate(dataset: Any) -> list[dict[str, Any]]:
     """The evaluation rows as dicts, checked: each needs a chat ``prompt`` and a gold ``answer``."""
     rows = [dict(row) for row in dataset]
     if not rows:
@@ -80,7 +80,7 @@ def evaluate_model(
     timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size`` and ``max_new_tokens``.
     """
     _check_generation_args(batch_size, max_new_tokens)
-    rows = _rows(dataset)
+    rows = rows_to_evaluate(dataset)
     started = time.perf_counter()
     prompts = [row["prompt"] for row in rows]
     lengths = prompt_token_lengths(tokenizer, prompts) if sort_by_length else [0] * len(rows)
@@ -132,7 +132,7 @@ def evaluate_one_at_a_time(
     metrics are comparable with ``evaluate_model``'s; only the speed should differ.
     """
     _check_generation_args(1, max_new_tokens)
-    rows = _rows(dataset)
+    rows = rows_to_evaluate(dataset)
     started = time.perf_counter()
     with cpu_speed.for_generation(model):  # as evaluate_model generates: only the batching differs
         generations = [

@@ -7,6 +7,7 @@ same problems differ only where they disagree, which the exact McNemar test weig
 from __future__ import annotations
 
 import math
+import random
 from numbers import Integral, Real
 from statistics import NormalDist
 from typing import Any
@@ -73,3 +74,52 @@ def mcnemar_exact(only_first_right: int, only_second_right: int) -> float:
     top = max(logs)
     tail = math.exp(top) * sum(math.exp(x - top) for x in logs)
     return min(1.0, 2 * tail)
+
+
+def _check_sample_counts(n: Any, c: Any, k: Any) -> None:
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise TypeError(f"{name} must be a whole number (int), got {type(value).__name__} {value!r}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (samples drawn for the problem), got {n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"c must be between 0 and n={n} (the correct samples among them), got {c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and n={n}: pass@k needs at least k samples per problem, got {k}")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of one problem, ``c`` of them correct (Chen et al., 2021).
+
+    pass@k is the chance that at least one of ``k`` samples is right: ``1 - C(n-c, k) / C(n, k)``. The binomial
+    coefficients overflow for large ``n``, so it is computed as the product ``prod_{i=n-c+1}^{n} (1 - k/i)``,
+    which is the same ratio term by term. Drawing exactly ``k`` samples and checking "any right" is unbiased
+    too but noisier; with ``n > k`` every subset of ``k`` is averaged.
+    """
+    _check_sample_counts(n, c, k)
+    if n - c < k:  # every subset of k samples holds a correct one
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def bootstrap_interval(
+    values: Any, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A percentile bootstrap interval for the mean of per-problem ``values`` (problems resampled, seeded).
+
+    For sampled pass@1 and pass@k, each problem contributes a fraction, not a 0/1, so Wilson does not apply;
+    resampling the problems keeps the interval about the problems evaluated, the source of most of the noise.
+    """
+    data = [float(v) for v in values]
+    if not data:
+        raise ValueError("values is empty: pass one value per evaluated problem")
+    if isinstance(confidence, bool) or not isinstance(confidence, Real) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number strictly between 0 and 1 (e.g. 0.95), got {confidence!r}")
+    if isinstance(resamples, bool) or not isinstance(resamples, Integral) or resamples < 100:
+        raise ValueError(f"resamples must be a whole number >= 100, got {resamples!r}")
+    generator = random.Random(seed)
+    n = len(data)
+    means = sorted(sum(generator.choices(data, k=n)) / n for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    low, high = means[int(tail * (resamples - 1))], means[math.ceil((1 - tail) * (resamples - 1))]
+    return (low, high)

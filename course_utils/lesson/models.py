@@ -306,7 +306,7 @@ def load_tokenizer(profile: Profile | str | None = None) -> Any:
 
 @dataclass(frozen=True)
 class Generation:
-    """One greedy completion: its text, its token count (end-of-sequence not counted), and whether it was cut."""
+    """One completion: its text, its token count (end-of-sequence not counted), and whether it was cut."""
 
     text: str
     tokens: int
@@ -342,26 +342,25 @@ def _split_at_eos(new_ids: list[int], eos: set[int]) -> tuple[list[int], bool]:
     return new_ids, True
 
 
-def greedy_generate(
-    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], max_new_tokens: int = 256
-) -> list[Generation]:
-    """The model's greedy (reproducible) reply to each chat, generated as one batch; the course's one generator.
-
-    The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
-    generation appends on the right, so every prompt must end where the new tokens start). The model is
-    put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
-    around the call (``course_utils.cpu_speed.for_generation``).
-    """
+def _check_conversations(conversations: Any, max_new_tokens: Any) -> None:
     if isinstance(conversations, (str, Mapping)) or (conversations and isinstance(conversations[0], Mapping)):
         raise TypeError("conversations must be a list of chats (each a list of messages); wrap one chat as [messages]")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive whole number, got {max_new_tokens!r}")
-    if not conversations:
-        return []
+
+
+def _pad_id(tokenizer: Any) -> int:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad_id is None:
         raise ValueError("The tokenizer has neither a pad token nor an EOS token; set tokenizer.pad_token first")
-    config, eos = _greedy_config(model, max_new_tokens, pad_id), _eos_ids(model, tokenizer)
+    return pad_id
+
+
+def _generate(
+    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], config: Any
+) -> list[Generation]:
+    """One batch through the chat template, left-padded, in eval mode and inference mode; cut at the first EOS."""
+    eos = _eos_ids(model, tokenizer)
     texts = tokenizer.apply_chat_template([list(c) for c in conversations], add_generation_prompt=True, tokenize=False)
     inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
     inputs = inputs.to(model.device)
@@ -377,6 +376,61 @@ def greedy_generate(
         kept, truncated = _split_at_eos(new_ids, eos)
         generations.append(Generation(tokenizer.decode(kept, skip_special_tokens=True), len(kept), truncated))
     return generations
+
+
+def greedy_generate(
+    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], max_new_tokens: int = 256
+) -> list[Generation]:
+    """The model's greedy (reproducible) reply to each chat, generated as one batch; the course's one generator.
+
+    The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
+    generation appends on the right, so every prompt must end where the new tokens start). The model is
+    put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
+    around the call (``course_utils.cpu_speed.for_generation``).
+    """
+    _check_conversations(conversations, max_new_tokens)
+    if not conversations:
+        return []
+    return _generate(model, tokenizer, conversations, _greedy_config(model, max_new_tokens, _pad_id(tokenizer)))
+
+
+def _sampling_config(model: Any, max_new_tokens: int, pad_id: int, temperature: float, top_p: float) -> Any:
+    """A copy of the model's generation config set to plain sampling (no top-k): how GRPOTrainer samples."""
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.temperature, config.top_p, config.top_k = True, temperature, top_p, None
+    config.max_new_tokens, config.pad_token_id = max_new_tokens, pad_id
+    return config
+
+
+def sample_generate(
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    num_samples: int,
+    max_new_tokens: int = 256,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+) -> list[list[Generation]]:
+    """``num_samples`` sampled replies to each chat, as GRPO samples a group: one list per chat.
+
+    Each chat is repeated ``num_samples`` times in a row, as TRL's sampler lays out a group (so the CPU
+    plug-in reads each prompt once), with TRL's defaults (``temperature=1.0``, ``top_p=1.0``, no top-k).
+    ``seed`` seeds torch first: the same model, chats and seed give the same samples.
+    """
+    _check_conversations(conversations, max_new_tokens)
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive whole number, got {num_samples!r}")
+    if not (isinstance(temperature, (int, float)) and temperature > 0) or not (0 < top_p <= 1):
+        raise ValueError(f"temperature must be > 0 and top_p in (0, 1], got {temperature!r} and {top_p!r}")
+    if not conversations:
+        return []
+    torch.manual_seed(seed)
+    config = _sampling_config(model, max_new_tokens, _pad_id(tokenizer), float(temperature), float(top_p))
+    repeated = [chat for chat in conversations for _ in range(num_samples)]
+    flat = _generate(model, tokenizer, repeated, config)
+    return [flat[i : i + num_samples] for i in range(0, len(flat), num_samples)]
 
 
 def continuation_probability(model: Any, tokenizer: Any, messages: list[dict[str, str]], continuation: str) -> float:
