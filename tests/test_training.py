@@ -21,6 +21,7 @@ from course_utils import cpu_speed
 from course_utils.core import hardware
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import PROFILES, get_profile
+from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.models import build_tiny_random_model, load_model_and_tokenizer
 from course_utils.lesson.rewards import DEFAULT_WEIGHTS, load_weights, save_weights
@@ -245,6 +246,40 @@ def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tok
     with pytest.warns(UserWarning, match="fewer than train_size=5000"):
         train = training.training_dataset(profile, tokenizer=tokenizer)
     assert 0 < len(train) < 5000
+
+
+def test_solution_steps_keep_the_easier_problems_in_file_order(
+    gsm8k_env, gsm8k_dir, offline_model_and_tokenizer, capsys
+):
+    _, tokenizer = offline_model_and_tokenizer
+    profile = get_profile("cpu").override(train_size=30, max_solution_steps=2, max_prompt_tokens=None)
+    train = training.training_dataset(profile, tokenizer=tokenizer)
+    assert "Problems of at most 2 solution steps:" in capsys.readouterr().out
+    expected = []  # independently: the raw file in order, counting the lines before ####
+    for line in (gsm8k_dir / "train.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if sum(1 for text in row["answer"].split("####")[0].splitlines() if text.strip()) <= 2:
+            expected.append(row["question"].strip())
+        if len(expected) == 30:
+            break
+    assert train["question"] == expected
+    both = training.training_dataset(profile.override(max_prompt_tokens=80), tokenizer=tokenizer)
+    assert len(both) == 30
+    assert all(solution_steps(text) <= 2 for text in both["reasoning"])
+    warm = warm_start_dataset(profile.override(max_prompt_tokens=80))
+    assert not {row["prompt"][-1]["content"] for row in warm} & set(both["question"])
+
+
+def test_solution_steps_count_the_worked_lines_and_refuse_what_is_not_text():
+    assert solution_steps("He has 3 + 4 = <<3+4=7>>7.\n\nSo 7 * 2 = <<7*2=14>>14.\n#### 14") == 2
+    assert solution_steps("#### 5") == 0
+    with pytest.raises(TypeError, match="worked solution as text"):
+        solution_steps(None)
+
+
+def test_an_unreachable_step_limit_is_refused(gsm8k_env):
+    with pytest.raises(ValueError, match="No GSM8K train problem has at most 0 solution steps"):
+        training.training_dataset(get_profile("ci").override(max_solution_steps=0, max_prompt_tokens=None))
 
 
 def test_profile_preset_reaches_the_config(tmp_path):

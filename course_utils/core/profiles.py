@@ -66,6 +66,9 @@ class Profile:
     # Only problems whose chat prompt has at most this many tokens (None: all): a prompt token costs about as much
     # training time as a completion token
     max_prompt_tokens: int | None = None
+    # Only problems whose worked solution has at most this many steps (None: all): the problems the warm start
+    # solves sometimes, where a group's rewards differ (scripts/choose_problems.py measures pass@8 by steps)
+    max_solution_steps: int | None = None
     # A lesson.rewards preset ("initial": each reward as it returns) or one multiplier per reward
     reward_weights: str | tuple[float, ...] = "initial"
 

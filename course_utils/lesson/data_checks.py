@@ -33,6 +33,17 @@ def calculator_notes(solution: str) -> list[tuple[str, str]]:
     return _NOTE.findall(solution)
 
 
+def solution_steps(reasoning: str) -> int:
+    """The number of steps of a worked GSM8K solution: its non-empty lines before ``####``.
+
+    GSM8K's annotators wrote one calculation per line, so the line count is a handle on a problem's
+    difficulty: a small model that solves two-step problems sometimes rarely solves six-step ones.
+    """
+    if not isinstance(reasoning, str):
+        raise TypeError(f"reasoning must be the worked solution as text, got {type(reasoning).__name__}")
+    return sum(1 for line in reasoning.split("####", 1)[0].splitlines() if line.strip())
+
+
 def evaluate_arithmetic(expression: str) -> float:
     """Evaluate ``+ - * /`` arithmetic with parentheses, safely (an AST walk, never ``eval``).
 

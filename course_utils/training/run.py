@@ -36,6 +36,7 @@ from course_utils.core.hardware import cpu_precision, cuda_available
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
@@ -429,27 +430,46 @@ def training_dataset(
 ) -> Any:
     """The GRPO prompts: the first ``train_size`` GSM8K train problems, with ``prompt`` and gold ``answer``.
 
-    With ``profile.max_prompt_tokens`` set, the first ``train_size`` problems whose prompt fits (the
-    ``tokenizer`` counts them), from the rows the warm start does not use; how many fit is printed.
+    With ``profile.max_solution_steps`` set, only problems whose worked solution has at most that many steps
+    (``lesson.data_checks.solution_steps``). With ``profile.max_prompt_tokens`` set, the first ``train_size``
+    problems whose prompt fits (the ``tokenizer`` counts them), from the rows the warm start does not use; how
+    many fit is printed.
     """
     p = get_profile(profile)
-    if p.max_prompt_tokens is None:
+    if p.max_prompt_tokens is None and p.max_solution_steps is None:
         return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
+    problems = load_gsm8k("train", folder, formatted=True)
+    problems = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))  # the warm start's rows left out
+    problems = _within_solution_steps(p, problems)
+    if p.max_prompt_tokens is None:
+        return problems.select(range(min(p.train_size, len(problems))))
     if tokenizer is None:
         raise ValueError(
             f"Profile {p.name!r} trains on prompts of at most {p.max_prompt_tokens} tokens (max_prompt_tokens): "
             "pass the tokenizer that counts them, training_dataset(profile, tokenizer=tokenizer)."
         )
-    return _short_prompt_dataset(p, load_gsm8k("train", folder, formatted=True), tokenizer)
+    return _short_prompt_dataset(p, problems, tokenizer)
+
+
+def _within_solution_steps(p: Profile, problems: Any) -> Any:
+    """The problems whose worked solution has at most ``max_solution_steps`` steps (all when it is None), said aloud."""
+    if p.max_solution_steps is None:
+        return problems
+    kept = [i for i, text in enumerate(problems["reasoning"]) if solution_steps(text) <= p.max_solution_steps]
+    print(f"Problems of at most {p.max_solution_steps} solution steps: {len(kept):,} of {len(problems):,}.")
+    if not kept:
+        raise ValueError(f"No GSM8K train problem has at most {p.max_solution_steps} solution steps "
+                         f"(max_solution_steps of profile {p.name!r}); raise it, or set it to None.")  # fmt: skip
+    return problems.select(kept)
 
 
 def _short_prompt_dataset(p: Profile, problems: Any, tokenizer: Any) -> Any:
-    """The first ``train_size`` problems whose prompt has at most ``max_prompt_tokens`` tokens, said aloud.
+    """The first ``train_size`` of ``problems`` whose prompt has at most ``max_prompt_tokens`` tokens, said aloud.
 
     Prompts are measured ``PROMPT_BLOCK_ROWS`` at a time, up to the block that completes ``train_size``: the
     ``cpu`` lab's 256 lie among the first ~2,300 problems, so the other ~5,000 prompts are never rendered.
     """
-    candidates = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))
+    candidates = problems
     lengths: list[int] = []
     kept: list[int] = []
     for start in range(0, len(candidates), PROMPT_BLOCK_ROWS):
