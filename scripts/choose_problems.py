@@ -1,0 +1,96 @@
+"""Which training problems can the lab learn from? The warm start's pass@8 on GSM8K train problems, by difficulty.
+
+GRPO learns only from groups whose rewards differ. For the correctness reward that means a problem the model
+solves *sometimes*: a group of 8 that is all wrong (or all right) gives zero advantages. This script draws 8
+samples per problem from the profile's warm-started model, exactly as training draws a group, on training
+problems bucketed by the number of steps of their worked solution (``lesson.data_checks.solution_steps``), and
+prints per bucket: greedy-free pass@1 and pass@8, and the share of problems solved sometimes (0 < right < 8),
+which is the share of groups whose correctness reward is not constant (``1 - frac_reward_zero_std`` for it).
+
+The profile's ``max_solution_steps`` is chosen from these lines; the output file records how they were made.
+
+    python scripts/choose_problems.py --profile cpu --per-bucket 24 --output benchmarks/problem_choice.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from course_utils.core.hardware import cpu_precision, machine_summary
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.sampling import evaluate_sampled
+from course_utils.evaluation.variants import starting_model
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.data_checks import solution_steps
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu", help="the profile whose warm start is measured")
+    parser.add_argument("--per-bucket", type=int, default=24, help="problems per number of solution steps")
+    parser.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6], help="the buckets measured")
+    parser.add_argument("--samples", type=int, default=8, help="samples per problem (a GRPO group)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the profile's completion length")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=None, help="also write the lines to this file")
+    return parser.parse_args(argv)
+
+
+def bucketed_problems(dataset: object, steps: list[int], per_bucket: int) -> dict[int, list[int]]:
+    """The first ``per_bucket`` row indices of each number of solution steps, in file order."""
+    buckets: dict[int, list[int]] = {s: [] for s in steps}
+    for index, reasoning in enumerate(dataset["reasoning"]):
+        count = solution_steps(reasoning)
+        if count in buckets and len(buckets[count]) < per_bucket:
+            buckets[count].append(index)
+        if all(len(found) == per_bucket for found in buckets.values()):
+            break
+    return buckets
+
+
+def bucket_lines(step: int, result: dict) -> list[str]:
+    """The ``name: value`` lines of one bucket."""
+    records = result["records"]
+    samples = result["samples"]
+    sometimes = sum(0 < r["correct_samples"] < samples for r in records) / len(records)
+    return [
+        f"steps_{step}_problems: {len(records)}",
+        f"steps_{step}_pass1: {result['pass@1']:.3f}",
+        f"steps_{step}_pass{samples}: {result[f'pass@{samples}']:.3f}",
+        f"steps_{step}_solved_sometimes: {sometimes:.3f}",
+        f"steps_{step}_correctness_zero_std: {1 - sometimes:.3f}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    profile = get_profile(args.profile)
+    lines = [f"measured_on: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}"]
+    lines += [f"{name}: {value}" for name, value in machine_summary().items()]
+    lines += [f"cpu_precision_path: {cpu_precision().path}", f"profile: {profile.name}",
+              f"made_by: python scripts/choose_problems.py {' '.join(argv if argv is not None else sys.argv[1:])}",
+              f"samples_per_problem: {args.samples}", f"temperature: {profile.temperature}"]  # fmt: skip
+    print("\n".join(lines), flush=True)
+    start = starting_model(profile)
+    train = load_gsm8k("train", formatted=True, verbose=False)
+    train = train.select(range(len(train) - profile.warm_start_examples))  # the warm start's own rows left out
+    max_new_tokens = args.max_new_tokens or profile.max_completion_length
+    for step, indices in bucketed_problems(train, args.steps, args.per_bucket).items():
+        settings = {"samples": args.samples, "ks": (1, args.samples), "prompts_per_batch": max(1, 32 // args.samples),
+                    "max_new_tokens": max_new_tokens, "temperature": profile.temperature, "seed": args.seed}
+        result = evaluate_sampled(start.model, start.tokenizer, train.select(indices), **settings)
+        new = [*bucket_lines(step, result), f"steps_{step}_seconds: {result['elapsed_seconds']:.0f}"]
+        print("\n".join(new), flush=True)
+        lines += new
+    if args.output:
+        args.output.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
