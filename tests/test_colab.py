@@ -58,7 +58,8 @@ def test_the_repository_url_is_written_once_in_pyproject(load_script):
 def test_colab_links_points_every_badge_and_install_cell_at_the_fork(course_copy, load_script):
     links = load_script("colab_links")
     counts = links.set_repository("someone/fork", course_copy)
-    assert counts == {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": 2 * len(NOTEBOOKS)}
+    expected = {"pyproject.toml": 1, "README badges": len(NOTEBOOKS), "notebook install cells": 2 * len(NOTEBOOKS)}
+    assert counts == expected
     copies = [*course_copy.glob("notebooks/*.ipynb"), *course_copy.glob("solutions/*.ipynb")]
     for path in [course_copy / "README.md", course_copy / "pyproject.toml", *copies]:
         assert UPSTREAM not in path.read_text(encoding="utf-8"), path.name
