@@ -1,36 +1,121 @@
-"""Notebook 02's checks: parsing, prompts, the dataset mapping, on real GSM8K rows."""
+"""Notebook 02's checks, three ways each, on real GSM8K rows: the course's solution passes, the learner's stub
+reads "not answered yet" (and the notebook continues with the package's function), and plausible wrong answers
+fail with what differs named.
+
+The solutions and stubs are the notebooks' own cells (``tests/notebook_code.exercise``); the wrong answers are
+the shortcuts learners take: the one-liner split, keeping the comma, ``int()`` on decimals, swapped roles,
+collapsing the question's inner text, forgetting the ``answer`` column.
+"""
 
 from __future__ import annotations
 
 import re
 
+import pandas as pd
+import pytest
+from notebook_code import exercise
+
 from course_utils.core.answer_format import SYSTEM_PROMPT
 from course_utils.exercises import nb02_gsm8k_data as nb02
+from course_utils.exercises.comparison import is_unanswered
+from course_utils.lesson.data_checks import pitfall_outcomes, pitfall_report
+from course_utils.lesson.formatting import build_prompt, extract_hash_answer, format_row
+from course_utils.lesson.token_lengths import TokenLengthStats
 
-# --- 02: the learner's parser, prompt and mapping against course_utils.lesson.formatting ---------------------------
+VERDICT = re.compile(r"^(✅|❌|⏳) (\d\d(?:\.\d+)?)\b", re.M)
+
+# --- 02.1 extract_hash_answer ---------------------------------------------------------------------------------------
 
 
-def learner_extract(text):
+def after_marker(text):
+    return text.split("####")[1]
+
+
+def one_liner(text):
+    return text.split("####")[1].strip()
+
+
+def keeps_the_comma(text):
     if not isinstance(text, str):
-        raise TypeError("text must be a string")
+        raise TypeError("not a string")
     if text.count("####") != 1:
-        raise ValueError("expected exactly one '####'")
-    answer = text.split("####")[1].replace(",", "").replace("$", "").strip()
-    if not re.fullmatch(r"-?\d+(\.\d+)?", answer):
-        raise ValueError(f"{answer!r} is not a number")
+        raise ValueError("one '####'")
+    answer = after_marker(text).replace("$", "").strip()
+    if not re.fullmatch(r"-?[\d,]+(\.\d+)?", answer):
+        raise ValueError(answer)
     return answer
 
 
-def learner_prompt(question, system_prompt=SYSTEM_PROMPT):
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("question must be a non-empty string")
-    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question.strip()}]
+def int_cast(text):
+    return str(int(after_marker(text).replace(",", "").replace("$", "").strip()))
 
 
-def learner_row(row):
-    return {"prompt": learner_prompt(row["question"]), "answer": learner_extract(row["answer"])}
+def lenient(text):
+    return extract_hash_answer(text) if "####" in str(text) else ""
 
 
+def digits_only(text):
+    return re.findall(r"\d+", after_marker(text).replace(",", ""))[-1]
+
+
+def last_marker(text):
+    if not isinstance(text, str):
+        raise TypeError("not a string")
+    return extract_hash_answer("#### " + text.rsplit("####", 1)[1])
+
+
+def as_float(text):
+    return str(float(extract_hash_answer(text)))
+
+
+def keeps_the_dollar(text):
+    return after_marker(text).replace(",", "").strip()
+
+
+WRONG_PARSERS = [one_liner, keeps_the_comma, int_cast, lenient, digits_only, last_marker, as_float, keeps_the_dollar]
+
+
+def test_02_1_solution_passes_and_is_handed_back(gsm8k_train, capsys):
+    solution = exercise("02", "extract_hash_answer")
+    assert nb02.check_02_extract_hash_answer(solution, gsm8k_train) is solution
+    out = capsys.readouterr().out
+    assert "✅ 02.1 extract_hash_answer" in out and "continues with yours" in out
+
+
+def test_02_1_stub_reads_not_answered_and_the_reference_takes_over(gsm8k_train, capsys):
+    stub = exercise("02", "extract_hash_answer", copy="notebooks")
+    assert nb02.check_02_extract_hash_answer(stub, gsm8k_train) is extract_hash_answer
+    out = capsys.readouterr().out
+    assert "⏳ 02.1 extract_hash_answer: not answered yet" in out
+    assert "continues with the package's course_utils.lesson.formatting.extract_hash_answer" in out
+
+
+@pytest.mark.parametrize("wrong", WRONG_PARSERS, ids=lambda f: f.__name__)
+def test_02_1_wrong_parsers_fail(wrong, gsm8k_train, capsys):
+    assert nb02.check_02_extract_hash_answer(wrong, gsm8k_train) is extract_hash_answer
+    assert "❌ 02.1 extract_hash_answer: differs from the reference" in capsys.readouterr().out
+
+
+def test_02_1_names_what_differs(gsm8k_train, capsys):
+    nb02.check_02_extract_hash_answer(keeps_the_comma, gsm8k_train)
+    assert "the reference returns '1080', yours returns '1,080'" in capsys.readouterr().out
+    nb02.check_02_extract_hash_answer(int_cast, gsm8k_train)
+    assert "decimal answer: the reference returns '2.5', yours raises ValueError" in capsys.readouterr().out
+
+
+def test_02_1_a_right_parser_refusing_with_another_error_of_the_family_passes(gsm8k_train):
+    def no_type_check(text):  # None.count raises AttributeError where the reference raises TypeError
+        if text.count("####") != 1:
+            raise ValueError("one '####'")
+        return extract_hash_answer(text)
+
+    assert nb02.check_02_extract_hash_answer(no_type_check, gsm8k_train) is no_type_check
+
+
+def test_the_parser_demonstration_prints_no_verdict(gsm8k_train, capsys):
+    assert nb02.show_parser_differences(one_liner, gsm8k_train) > 0
+    out = capsys.readouterr().out
+    assert "one_liner differs from the reference on" in out and not VERDICT.search(out)
 
 
 def test_case_banks_hold_real_rows_and_edge_cases(gsm8k_train):
@@ -38,35 +123,289 @@ def test_case_banks_hold_real_rows_and_edge_cases(gsm8k_train):
     real = [c for c in cases if c.label.startswith("row ")]
     assert len(real) >= 20 and len(cases) == len(real) + len(nb02.ANSWER_EDGE_CASES)
     assert any("," in c.args[0].rsplit("####", 1)[-1] for c in real)  # rows one-liners get wrong are included
+    assert len(nb02.row_cases(gsm8k_train)) == len(gsm8k_train) + len(nb02.ROW_EDGE_CASES)
 
 
-def test_check_02_extract_hash_answer(gsm8k_train, capsys):
-    assert nb02.check_02_extract_hash_answer(learner_extract, gsm8k_train)
-    assert not nb02.check_02_extract_hash_answer(lambda text: text.split("####")[1].strip(), gsm8k_train)
-    assert "the reference returns '1080', yours returns '1,080'" in capsys.readouterr().out
-    lenient = lambda text: learner_extract(text) if "####" in str(text) else ""  # noqa: E731
-    assert not nb02.check_02_extract_hash_answer(lenient, gsm8k_train)
+# --- 02.2 build_prompt ----------------------------------------------------------------------------------------------
 
 
-def test_check_02_build_prompt(gsm8k_train):
-    assert nb02.check_02_build_prompt(learner_prompt, gsm8k_train)
-    assert not nb02.check_02_build_prompt(lambda q, s=SYSTEM_PROMPT: learner_prompt(q, s)[::-1], gsm8k_train)
-    unstripped = lambda q, s=SYSTEM_PROMPT: [{"role": "system", "content": s}, {"role": "user", "content": q}]  # noqa: E731
-    assert not nb02.check_02_build_prompt(unstripped, gsm8k_train)
+def swapped_roles(question, system_prompt=SYSTEM_PROMPT):
+    return build_prompt(question, system_prompt)[::-1]
 
 
-def test_check_02_mapping(gsm8k_train):
-    mapped = gsm8k_train.map(learner_row)
-    assert nb02.check_02_mapping(learner_row, mapped, gsm8k_train)
-    assert not nb02.check_02_mapping(learner_row, mapped.select(range(10)), gsm8k_train)
-    assert not nb02.check_02_mapping(learner_row, None, gsm8k_train)
-    no_prompt = lambda row: {"answer": learner_extract(row["answer"])}  # noqa: E731
-    assert not nb02.check_02_mapping(no_prompt, mapped, gsm8k_train)
+def unstripped(question, system_prompt=SYSTEM_PROMPT):
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("empty question")
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": question}]
 
 
-def test_check_02_split_solution(gsm8k_train):
-    def split_solution(text):
-        return text.split("####")[0].strip(), learner_extract(text)
+def collapses_inner_text(question, system_prompt=SYSTEM_PROMPT):
+    return build_prompt(" ".join(str(question).split()) or None, system_prompt)
 
-    assert nb02.check_02_split_solution(split_solution, gsm8k_train)
-    assert not nb02.check_02_split_solution(lambda text: tuple(text.split("####")), gsm8k_train)
+
+def ignores_the_system_prompt(question, system_prompt=SYSTEM_PROMPT):
+    return build_prompt(question)
+
+
+def accepts_empty(question, system_prompt=SYSTEM_PROMPT):
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": str(question).strip()}]
+
+
+def one_user_message(question, system_prompt=SYSTEM_PROMPT):
+    return [{"role": "user", "content": f"{system_prompt}\n\n{build_prompt(question)[1]['content']}"}]
+
+
+WRONG_PROMPTS = [
+    swapped_roles,
+    unstripped,
+    collapses_inner_text,
+    ignores_the_system_prompt,
+    accepts_empty,
+    one_user_message,
+]
+
+
+def test_02_2_solution_passes_and_is_handed_back(gsm8k_train, capsys):
+    solution = exercise("02", "build_prompt")
+    assert nb02.check_02_build_prompt(solution, gsm8k_train) is solution
+    assert "✅ 02.2 build_prompt" in capsys.readouterr().out
+
+
+def test_02_2_stub_reads_not_answered_and_the_reference_takes_over(gsm8k_train, capsys):
+    stub = exercise("02", "build_prompt", copy="notebooks")
+    assert nb02.check_02_build_prompt(stub, gsm8k_train) is build_prompt
+    out = capsys.readouterr().out
+    assert "⏳ 02.2 build_prompt: not answered yet" in out and "lesson.formatting.build_prompt" in out
+
+
+@pytest.mark.parametrize("wrong", WRONG_PROMPTS, ids=lambda f: f.__name__)
+def test_02_2_wrong_prompts_fail(wrong, gsm8k_train, capsys):
+    assert nb02.check_02_build_prompt(wrong, gsm8k_train) is build_prompt
+    assert "❌ 02.2 build_prompt: differs from the reference" in capsys.readouterr().out
+
+
+def test_02_2_swapped_roles_are_named(gsm8k_train, capsys):
+    nb02.check_02_build_prompt(swapped_roles, gsm8k_train)
+    assert "at [0]['role']: the reference returns 'system', yours returns 'user'" in capsys.readouterr().out
+
+
+def test_02_2_a_type_error_for_a_missing_question_passes(gsm8k_train):
+    def strict(question, system_prompt=SYSTEM_PROMPT):
+        if not isinstance(question, str):
+            raise TypeError("question must be a string")
+        return build_prompt(question, system_prompt)
+
+    assert nb02.check_02_build_prompt(strict, gsm8k_train) is strict
+
+
+# --- 02.3 to_grpo_row -----------------------------------------------------------------------------------------------
+
+
+def forgets_answer(row):
+    return {"prompt": build_prompt(row["question"])}
+
+
+def keeps_the_raw_answer(row):
+    return {"prompt": build_prompt(row["question"]), "answer": row["answer"]}
+
+
+def swapped_roles_row(row):
+    return {"prompt": swapped_roles(row["question"]), "answer": extract_hash_answer(row["answer"])}
+
+
+def prompt_as_text(row):
+    return {"prompt": row["question"].strip(), "answer": extract_hash_answer(row["answer"])}
+
+
+def answer_as_number(row):
+    return {"prompt": build_prompt(row["question"]), "answer": float(extract_hash_answer(row["answer"]))}
+
+
+def one_liner_answer(row):
+    return {"prompt": build_prompt(row["question"]), "answer": one_liner(row["answer"])}
+
+
+WRONG_ROWS = [
+    forgets_answer,
+    keeps_the_raw_answer,
+    swapped_roles_row,
+    prompt_as_text,
+    answer_as_number,
+    one_liner_answer,
+]
+
+
+def test_02_3_solution_passes_and_is_handed_back(gsm8k_train, capsys):
+    solution = exercise("02", "to_grpo_row", build_prompt=build_prompt, extract_hash_answer=extract_hash_answer)
+    assert nb02.check_02_mapping(solution, gsm8k_train) is solution
+    out = capsys.readouterr().out
+    assert f"✅ 02.3 to_grpo_row: same result as the reference on all {len(gsm8k_train) + 3} cases" in out
+
+
+def test_02_3_stub_reads_not_answered_and_the_reference_takes_over(gsm8k_train, capsys):
+    stub = exercise("02", "to_grpo_row", copy="notebooks")
+    assert nb02.check_02_mapping(stub, gsm8k_train) is format_row
+    out = capsys.readouterr().out
+    assert "⏳ 02.3 to_grpo_row: not answered yet" in out and "lesson.formatting.format_row" in out
+
+
+@pytest.mark.parametrize("wrong", WRONG_ROWS, ids=lambda f: f.__name__)
+def test_02_3_wrong_row_functions_fail(wrong, gsm8k_train, capsys):
+    assert nb02.check_02_mapping(wrong, gsm8k_train) is format_row
+    assert "❌ 02.3 to_grpo_row: differs from the reference" in capsys.readouterr().out
+
+
+def test_02_3_a_forgotten_answer_is_named_and_extra_columns_pass(gsm8k_train, capsys):
+    nb02.check_02_mapping(forgets_answer, gsm8k_train)
+    named = "row 0, at ['answer']: the reference returns '72', yours returns <no 'answer' key>"
+    assert named in capsys.readouterr().out
+
+    def with_reasoning(row):
+        return {**format_row(row), "source": "gsm8k"}  # every column format_row makes, and one more
+
+    assert nb02.check_02_mapping(with_reasoning, gsm8k_train) is with_reasoning
+
+
+def test_02_3_what_the_notebook_continues_with_maps_the_dataset(gsm8k_train):
+    rows = gsm8k_train.select(range(8))
+    mapped = rows.map(format_row)
+    assert mapped["answer"][0] == "72" and mapped["prompt"][0][0]["role"] == "system"
+
+
+# --- 02.4 to 02.6: values -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def stats():
+    """Reasoning lengths 1..100 and a 20-token wrapper: 110 tokens fit nine in ten solutions, 240 is twice the most."""
+    return TokenLengthStats(prompt_lengths=[50] * 100, reasoning_lengths=list(range(1, 101)), xml_overhead=20)
+
+
+def solved_values(dataset, stats):
+    pitfalls = pd.DataFrame(pitfall_report(dataset))
+    return [exercise("02", f"answer_{i}", pitfalls=pitfalls, stats=stats) for i in (1, 2, 3)]
+
+
+def test_02_4_to_02_6_solutions_pass(gsm8k_train, stats, capsys):
+    answer_1, answer_2, answer_3 = solved_values(gsm8k_train, stats)
+    assert nb02.check_02_gold_answer(answer_1)
+    assert nb02.check_02_rows_lost(answer_2, gsm8k_train)
+    assert nb02.check_02_completion_length(answer_3, stats)
+    out = capsys.readouterr().out
+    assert all(f"✅ 02.{n}" in out for n in (4, 5, 6))
+
+
+def test_02_4_to_02_6_stubs_read_not_answered(gsm8k_train, stats, capsys):
+    stubs = [exercise("02", f"answer_{i}", copy="notebooks") for i in (1, 2, 3)]
+    assert stubs == [None, None, None]
+    assert not nb02.check_02_gold_answer(None)
+    assert not nb02.check_02_rows_lost(None, gsm8k_train)
+    assert not nb02.check_02_completion_length(None, stats)
+    out = capsys.readouterr().out
+    assert all(f"⏳ 02.{n}" in out for n in (4, 5, 6))
+
+
+@pytest.mark.parametrize("wrong", ["$1,250", "1,250", 1250, "1250 ", "1250.0"])
+def test_02_4_wrong_gold_answers_fail(wrong, capsys):
+    assert not nb02.check_02_gold_answer(wrong)
+    assert "❌ 02.4" in capsys.readouterr().out
+
+
+def test_02_5_wrong_counts_fail(gsm8k_train, capsys):
+    lost = len(pitfall_outcomes("int_cast", list(gsm8k_train["answer"]))["lost"])
+    wrong = [lost + 1, lost - 1, 0, len(gsm8k_train), "many"]  # off by one, none, every row, not a number
+    for answer in wrong:
+        assert not nb02.check_02_rows_lost(answer, gsm8k_train), answer
+    assert capsys.readouterr().out.count("❌ 02.5") == len(wrong)
+
+
+@pytest.mark.parametrize("wrong", [100, 70, 241, 1, "many"])  # no wrapper, the median, too long, tiny, not a number
+def test_02_6_wrong_lengths_fail(wrong, stats, capsys):
+    assert not nb02.check_02_completion_length(wrong, stats)
+    assert "❌ 02.6" in capsys.readouterr().out
+
+
+# --- 02.7 split_solution --------------------------------------------------------------------------------------------
+
+
+def validates_first(text):  # the issue's right answer: TypeError on None where splitting first gives AttributeError
+    if not isinstance(text, str):
+        raise TypeError("text must be a string")
+    return text.split("####")[0].strip(), extract_hash_answer(text)
+
+
+def splits_first(text):
+    return text.split("####")[0].strip(), extract_hash_answer(text)
+
+
+def split_one_liner(text):
+    return tuple(text.split("####"))
+
+
+def split_keeping_the_comma(text):
+    return text.split("####")[0].strip(), keeps_the_comma(text)
+
+
+def reasoning_unstripped(text):
+    return text.split("####")[0], extract_hash_answer(text)
+
+
+def split_swapped(text):
+    return extract_hash_answer(text), text.split("####")[0].strip()
+
+
+def split_int_answer(text):
+    return text.split("####")[0].strip(), int_cast(text)
+
+
+def split_without_validation(text):
+    reasoning, _, answer = text.partition("####")
+    return reasoning.strip(), answer.replace(",", "").replace("$", "").strip()
+
+
+WRONG_SPLITS = [
+    split_one_liner,
+    split_keeping_the_comma,
+    reasoning_unstripped,
+    split_swapped,
+    split_int_answer,
+    split_without_validation,
+]
+
+
+def test_02_7_solution_passes_and_is_handed_back(gsm8k_train, capsys):
+    solution = exercise("02", "split_solution", extract_hash_answer=extract_hash_answer)
+    assert nb02.check_02_split_solution(solution, gsm8k_train) is solution
+    assert "✅ 02.7 split_solution" in capsys.readouterr().out
+
+
+def test_02_7_stub_reads_not_answered_and_the_reference_takes_over(gsm8k_train, capsys):
+    stub = exercise("02", "split_solution", copy="notebooks")
+    assert nb02.check_02_split_solution(stub, gsm8k_train) is nb02.split_solution_reference
+    assert "⏳ 02.7 split_solution: not answered yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("right", [validates_first, splits_first], ids=lambda f: f.__name__)
+def test_02_7_refusing_none_with_type_or_attribute_error_passes(right, gsm8k_train, capsys):
+    assert nb02.check_02_split_solution(right, gsm8k_train) is right
+    assert "✅ 02.7" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", WRONG_SPLITS, ids=lambda f: f.__name__)
+def test_02_7_wrong_splits_fail(wrong, gsm8k_train, capsys):
+    assert nb02.check_02_split_solution(wrong, gsm8k_train) is nb02.split_solution_reference
+    assert "❌ 02.7 split_solution: differs from the reference" in capsys.readouterr().out
+
+
+# --- the hints ------------------------------------------------------------------------------------------------------
+
+
+def test_the_hints_point_the_way_without_the_code():
+    hints = [nb02.EXTRACT_HINT, nb02.PROMPT_HINT, nb02.MAPPING_HINT, nb02.SPLIT_HINT]
+    for code in ("'role': 'system'", "{'prompt'", ".split(", ".replace(", ".strip()", r"\d", "[1]"):
+        assert not any(code in hint for hint in hints), code
+
+
+def test_an_untouched_stub_is_read_as_unanswered():
+    for name in ("extract_hash_answer", "build_prompt", "to_grpo_row", "split_solution"):
+        assert is_unanswered(exercise("02", name, copy="notebooks")), name

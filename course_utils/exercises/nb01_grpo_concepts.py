@@ -1,4 +1,10 @@
-"""Notebook 01 (GRPO concepts): advantages and the clipped loss, checked against the installed TRL."""
+"""Notebook 01 (GRPO concepts): advantages and the clipped loss, checked against the installed TRL.
+
+The exercises, in the notebook's order: 01.1 ``advantages``, 01.2 ``policy_loss`` (TRL's default
+``loss_type="dapo"``), then at the end 01.3 and 01.4 (values) and 01.5 ``sequence_mean_loss``
+(``loss_type="grpo"``). The function checks compare with what a real ``GRPOTrainer`` computes and hand
+back what the notebook continues with: the learner's function when it passed, else the package's.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,46 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, not_a_function, report
+import torch
+
+from course_utils.exercises.comparison import (
+    Case,
+    check_against_reference,
+    close_to,
+    hand_back,
+    not_a_function,
+    report,
+)
 from course_utils.lesson.grpo import (
     frac_reward_zero_std,
     group_advantages,
+    grpo_policy_loss,
     trl_group_advantages,
     trl_loss_case,
     trl_policy_loss,
     trl_trainer,
+)
+
+ADVANTAGES = "01.1 group advantages"
+POLICY_LOSS = "01.2 clipped loss (dapo)"
+FIRST_ADVANTAGE = "01.3 first advantage"
+ZERO_STD_FRACTION = "01.4 frac_reward_zero_std"
+SEQUENCE_MEAN_LOSS = "01.5 per-completion mean loss (grpo)"
+
+# Hints point the way in words; the notebook shows the same ones, collapsed.
+ADVANTAGES_HINT = (
+    "give each group its own row (reshape to num_generations columns), take the mean and the std along each "
+    "row keeping that dimension, add the small constant to the std before dividing, and flatten at the end; "
+    "torch's std is the sample std by default, as TRL's"
+)
+POLICY_LOSS_HINT = (
+    "the ratio is the exponential of the log-prob difference; compare it times the advantage with its clamped "
+    "copy times the advantage and keep the smaller, per token (the advantage needs a token dimension); negate, "
+    "keep only real tokens (the mask), and divide the batch's total by its number of real tokens"
+)
+SEQUENCE_MEAN_HINT = (
+    "the same per-token loss as your policy_loss; reduce it per completion first (its real tokens only, "
+    "divided by its own number of real tokens), then average the completions"
 )
 
 
@@ -21,9 +59,9 @@ def check_01_first_advantage(answer: Any) -> bool:
     """Advantage of the first completion in the group with rewards [1, 0, 0, 0] (scale="group")."""
     expected = group_advantages([1.0, 0.0, 0.0, 0.0], num_generations=4)[0].item()
     return report(
-        "01.1 first advantage",
+        FIRST_ADVANTAGE,
         close_to(answer, expected, tolerance=0.01),
-        "(reward - group mean) / (sample std + 1e-4); the sample std of [1, 0, 0, 0] is 0.5",
+        "the group's mean is 0.25; the sample std divides the squared deviations by n - 1, not by n",
         answer,
     )
 
@@ -32,9 +70,9 @@ def check_01_zero_std_fraction(answer: Any) -> bool:
     """frac_reward_zero_std for two groups of 4: rewards [2, 2, 2, 2] and [0, 2, 0, 0]."""
     expected = frac_reward_zero_std([2.0] * 4 + [0.0, 2.0, 0.0, 0.0], num_generations=4)
     return report(
-        "01.2 frac_reward_zero_std",
+        ZERO_STD_FRACTION,
         close_to(answer, expected),
-        "the share of completions whose group has all-equal rewards",
+        "a share of completions, not of groups: how many of the 8 sit in a group whose rewards are all equal?",
         answer,
     )
 
@@ -61,10 +99,43 @@ def advantage_cases() -> list[Case]:
     return [Case(f"{label}, rewards {rewards}", (rewards, n)) for label, rewards, n in ADVANTAGE_CASES]
 
 
-def check_01_advantages(learner: Any) -> bool:
-    """The learner's ``advantages(rewards, num_generations)`` against the advantages the installed TRL computes."""
-    hint = "per group: (reward - group mean) / (group.std() + 1e-4); torch's std is the sample std, as TRL's"
-    return check_against_reference("01 group advantages", learner, trl_group_advantages, advantage_cases(), hint=hint)
+def check_01_advantages(learner: Any) -> Any:
+    """01.1: the learner's ``advantages(rewards, num_generations)`` against the advantages TRL computes.
+
+    Returns what the notebook continues with: the learner's function, or ``lesson.grpo.group_advantages``.
+    """
+    passed = check_against_reference(
+        ADVANTAGES, learner, trl_group_advantages, advantage_cases(), hint=ADVANTAGES_HINT
+    )
+    return hand_back(ADVANTAGES, passed, learner, group_advantages, "course_utils.lesson.grpo.group_advantages")
+
+
+def dapo_policy_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    epsilon: float = 0.2,
+) -> torch.Tensor:
+    """01.2's answer with the learner's signature: ``grpo_policy_loss`` reduced as TRL's default ``"dapo"``."""
+    parts = grpo_policy_loss(
+        per_token_logps, old_per_token_logps, advantages, completion_mask, epsilon=epsilon, loss_type="dapo"
+    )
+    return parts.loss
+
+
+def grpo_sequence_mean_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    epsilon: float = 0.2,
+) -> torch.Tensor:
+    """01.5's answer with the learner's signature: ``grpo_policy_loss`` reduced as ``loss_type="grpo"``."""
+    parts = grpo_policy_loss(
+        per_token_logps, old_per_token_logps, advantages, completion_mask, epsilon=epsilon, loss_type="grpo"
+    )
+    return parts.loss
 
 
 def loss_cases(loss_type: str = "dapo") -> tuple[Callable[..., Any], list[Case]]:
@@ -82,19 +153,29 @@ def loss_cases(loss_type: str = "dapo") -> tuple[Callable[..., Any], list[Case]]
     return functools.partial(trl_policy_loss, trainer), cases
 
 
-def check_01_policy_loss(learner: Any) -> bool:
-    """The learner's clipped loss (TRL's default ``loss_type="dapo"``) against ``GRPOTrainer._compute_loss``."""
-    hint = "-min(ratio * A, clamp(ratio, 0.8, 1.2) * A) per token, summed over real tokens (mask), / mask.sum()"
-    if not_a_function("01 clipped loss", learner, hint):
+def _check_loss(exercise: str, learner: Any, loss_type: str, hint: str) -> bool:
+    """The learner's loss against ``GRPOTrainer._compute_loss`` with ``loss_type`` (TRL built only when needed)."""
+    if not_a_function(exercise, learner, hint):
         return False
-    reference, cases = loss_cases("dapo")
-    return check_against_reference("01 clipped loss", learner, reference, cases, hint=hint)
+    reference, cases = loss_cases(loss_type)
+    return check_against_reference(exercise, learner, reference, cases, hint=hint)
 
 
-def check_01_sequence_mean_loss(learner: Any) -> bool:
-    """Exercise: the loss with ``loss_type="grpo"`` (mean per completion, then over completions) against TRL's."""
-    hint = "same per-token loss; (per_token * mask).sum(dim=1) / mask.sum(dim=1), then .mean() over completions"
-    if not_a_function("01.3 per-completion mean loss", learner, hint):
-        return False
-    reference, cases = loss_cases("grpo")
-    return check_against_reference("01.3 per-completion mean loss", learner, reference, cases, hint=hint)
+def check_01_policy_loss(learner: Any) -> Any:
+    """01.2: the learner's clipped loss (TRL's default ``loss_type="dapo"``) against ``GRPOTrainer._compute_loss``.
+
+    Returns what the notebook continues with: the learner's function, or ``dapo_policy_loss``.
+    """
+    passed = _check_loss(POLICY_LOSS, learner, "dapo", POLICY_LOSS_HINT)
+    reference_name = 'grpo_policy_loss(..., loss_type="dapo").loss (course_utils.lesson.grpo)'
+    return hand_back(POLICY_LOSS, passed, learner, dapo_policy_loss, reference_name)
+
+
+def check_01_sequence_mean_loss(learner: Any) -> Any:
+    """01.5: the loss with ``loss_type="grpo"`` (mean per completion, then over completions) against TRL's.
+
+    Returns the learner's function when it passed, else ``grpo_sequence_mean_loss``.
+    """
+    passed = _check_loss(SEQUENCE_MEAN_LOSS, learner, "grpo", SEQUENCE_MEAN_HINT)
+    reference_name = 'grpo_policy_loss(..., loss_type="grpo").loss (course_utils.lesson.grpo)'
+    return hand_back(SEQUENCE_MEAN_LOSS, passed, learner, grpo_sequence_mean_loss, reference_name)

@@ -1,19 +1,29 @@
-"""Notebook 02 (GSM8K data): the gold-answer parser, the prompt builder, the map function, lengths."""
+"""Notebook 02 (GSM8K data): the gold-answer parser, the prompt builder, the map function, lengths.
+
+The exercises, in the notebook's order: 02.1 ``extract_hash_answer``, 02.2 ``build_prompt``, 02.3
+``to_grpo_row`` (the function ``Dataset.map`` applies), then at the end 02.4 to 02.6 (values) and 02.7
+``split_solution``. The function checks run the learner's function next to the course's reference on real
+GSM8K rows and edge cases, and hand back what the notebook continues with: the learner's function when it
+passed, else the package's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
     close_to,
+    compare_with_reference,
     dataset_rows,
-    is_unanswered,
+    hand_back,
+    not_a_function,
     real_row_indices,
     report,
-    same_values,
     short_repr,
 )
 from course_utils.lesson.data_checks import pitfall_outcomes
@@ -21,36 +31,64 @@ from course_utils.lesson.formatting import (
     build_prompt,
     extract_hash_answer,
     extract_reasoning,
-    format_gsm8k,
     format_row,
+)
+
+EXTRACT = "02.1 extract_hash_answer"
+PROMPT = "02.2 build_prompt"
+MAPPING = "02.3 to_grpo_row"
+GOLD_ANSWER = "02.4 gold answer"
+ROWS_LOST = "02.5 rows lost by int()"
+COMPLETION_LENGTH = "02.6 completion length"
+SPLIT = "02.7 split_solution"
+
+# Hints point the way in words; the notebook shows the same ones, collapsed.
+EXTRACT_HINT = (
+    "check the type first; count the markers and refuse anything but one; after the marker, remove the "
+    "thousands separators and the dollar sign, strip the spaces, and accept only a whole match of an optional "
+    "minus, digits and an optional decimal part (re.fullmatch); refuse with ValueError, TypeError for a non-string"
+)
+PROMPT_HINT = (
+    "a list of two messages, each a dict with a role and a content; the format instruction comes first; "
+    "strip only the ends of the question, and refuse one that is not a string or is empty once stripped"
+)
+MAPPING_HINT = (
+    "reuse the two functions above: one turns the row's question into the messages, the other its solution "
+    "into the gold answer; return a dict with the two column names GRPOTrainer reads"
+)
+SPLIT_HINT = (
+    "two parts of one text: everything before the marker, stripped, and what your extract_hash_answer "
+    "returns for the whole text (let it refuse bad input first)"
 )
 
 
 def check_02_gold_answer(answer: Any) -> bool:
-    """What gold answer does ``extract_hash_answer`` give for ``"... Total: $1,250.\\n#### $1,250 "``?"""
+    """02.4: what gold answer does ``extract_hash_answer`` give for ``"... $1,250.\\n#### $1,250 "``?"""
     expected = extract_hash_answer("She earned 5*250 = $<<5*250=1250>>1,250.\n#### $1,250 ")
     correct = isinstance(answer, str) and answer == expected
     return report(
-        "02.1 gold answer",
+        GOLD_ANSWER,
         correct,
-        "a string, with the thousands separator, the $ and the surrounding spaces removed",
+        "work it out from the rules of your parser: what does it remove after the marker, what does it keep, "
+        "and what type does it return?",
         answer,
     )
 
 
 def check_02_rows_lost(answer: Any, dataset: Any) -> bool:
-    """How many rows of ``dataset`` does the ``int_cast`` pitfall lose (``apply_pitfall`` returns None)?"""
+    """02.5: how many rows of ``dataset`` does the ``int_cast`` pitfall lose (``apply_pitfall`` returns None)?"""
     expected = len(pitfall_outcomes("int_cast", list(dataset["answer"]))["lost"])
     return report(
-        "02.2 rows lost by int()",
+        ROWS_LOST,
         close_to(answer, expected),
-        "count the answers int() cannot read: thousands separators, decimals, '$' (pitfall_report has it)",
+        "the pitfall table of section 2 (pitfalls, for the rows you loaded) says what each shortcut does: "
+        "find the int() one and count the rows it makes disappear",
         answer,
     )
 
 
 def check_02_completion_length(answer: Any, stats: Any) -> bool:
-    """A ``max_completion_length`` that fits at least 90% of reference solutions with their XML wrapper.
+    """02.6: a ``max_completion_length`` that fits at least 90% of reference solutions with their XML wrapper.
 
     Too short truncates (no ``<answer>``, zero reward); more than twice what is needed wastes compute.
     """
@@ -61,9 +99,10 @@ def check_02_completion_length(answer: Any, stats: Any) -> bool:
     except (TypeError, ValueError):
         correct = False
     return report(
-        "02.3 completion length",
+        COMPLETION_LENGTH,
         correct,
-        "take the 90th percentile of stats.reasoning_lengths and add stats.xml_overhead",
+        "section 4 measured what a reference solution needs: its reasoning tokens plus the XML wrapper; "
+        "cover nine in ten of them (a percentile of stats' reasoning lengths, plus the wrapper)",
         answer,
     )
 
@@ -82,6 +121,7 @@ ANSWER_EDGE_CASES = (
 )
 QUESTION_EDGE_CASES = (
     ("spaces and a newline around the question", ("  What is 6 * 7?\n",)),
+    ("a line break and two spaces inside the question", ("A farm has 3 cows  and 2 hens.\nHow many legs?",)),
     ("another system prompt", ("What is 6 * 7?", "Answer with one number.")),
     ("empty question", ("",)),
     ("only spaces", ("   ",)),
@@ -94,7 +134,6 @@ ROW_EDGE_CASES = (
 )
 
 
-
 def answer_cases(dataset: Any) -> list[Case]:
     """Real GSM8K answers from ``dataset`` plus the edge cases a parser must get right or refuse."""
     indices = real_row_indices(dataset)
@@ -105,19 +144,34 @@ def answer_cases(dataset: Any) -> list[Case]:
     return real + [Case(label, (text,)) for label, text in ANSWER_EDGE_CASES]
 
 
-def check_02_extract_hash_answer(learner: Any, dataset: Any) -> bool:
-    """The learner's ``extract_hash_answer`` against ``course_utils.lesson.formatting.extract_hash_answer``."""
-    hint = (
-        "exactly one '####' (else ValueError), drop ',' and '$', strip, refuse what is not a number "
-        "(ValueError) and a non-string (TypeError)"
-    )
-    return check_against_reference(
-        "02 extract_hash_answer", learner, extract_hash_answer, answer_cases(dataset), hint=hint
-    )
+def show_parser_differences(parser: Callable[[str], Any], dataset: Any, show: int = 4) -> int:
+    """Print where ``parser`` differs from the reference parser on 02.1's cases; return how many differ.
+
+    For the notebook's demonstrations of shown parsers (the one-liner): no verdict line, nothing is checked.
+    """
+    cases = answer_cases(dataset)
+    differences = compare_with_reference(parser, extract_hash_answer, cases)
+    name = getattr(parser, "__name__", "the parser")
+    print(f"{name} differs from the reference on {len(differences)} of {len(cases)} cases:")
+    for difference in differences[:show]:
+        print(f"   - {difference.label}: the reference {difference.reference}, {name} {difference.yours}")
+    if len(differences) > show:
+        print(f"   ... and {len(differences) - show} more.")
+    return len(differences)
+
+
+def check_02_extract_hash_answer(learner: Any, dataset: Any) -> Any:
+    """02.1: the learner's ``extract_hash_answer`` against ``course_utils.lesson.formatting.extract_hash_answer``.
+
+    Returns what the notebook continues with: the learner's function, or the reference.
+    """
+    passed = check_against_reference(EXTRACT, learner, extract_hash_answer, answer_cases(dataset), hint=EXTRACT_HINT)
+    reference_name = "course_utils.lesson.formatting.extract_hash_answer"
+    return hand_back(EXTRACT, passed, learner, extract_hash_answer, reference_name)
 
 
 def question_cases(dataset: Any) -> list[Case]:
-    """Real GSM8K questions plus edge cases (padding, another system prompt, empty or missing question)."""
+    """Real GSM8K questions plus edge cases (padding, inner line breaks, another system prompt, none)."""
     indices = real_row_indices(dataset, count=8)
     real = [
         Case(f"row {i} ({short_repr(row['question'])})", (row["question"],))
@@ -126,71 +180,83 @@ def question_cases(dataset: Any) -> list[Case]:
     return real + [Case(label, args) for label, args in QUESTION_EDGE_CASES]
 
 
-def check_02_build_prompt(learner: Any, dataset: Any) -> bool:
-    """The learner's ``build_prompt(question, system_prompt)`` against ``lesson.formatting.build_prompt``."""
-    hint = (
-        "[{'role': 'system', 'content': system_prompt}, {'role': 'user', 'content': question.strip()}]; "
-        "ValueError for an empty or non-string question"
-    )
-    return check_against_reference("02 build_prompt", learner, build_prompt, question_cases(dataset), hint=hint)
+def check_02_build_prompt(learner: Any, dataset: Any) -> Any:
+    """02.2: the learner's ``build_prompt(question, system_prompt)`` against ``lesson.formatting.build_prompt``.
+
+    Returns what the notebook continues with: the learner's function, or the reference.
+    """
+    passed = check_against_reference(PROMPT, learner, build_prompt, question_cases(dataset), hint=PROMPT_HINT)
+    return hand_back(PROMPT, passed, learner, build_prompt, "course_utils.lesson.formatting.build_prompt")
+
+
+GRPO_COLUMNS = ("prompt", "answer")  # what GRPOTrainer reads from a row (the rewards get `answer`)
 
 
 def _grpo_columns(row: dict[str, Any]) -> dict[str, Any]:
     """What ``GRPOTrainer`` reads from a formatted row: the reference for the learner's map function."""
     formatted = format_row(row)
-    return {"prompt": formatted["prompt"], "answer": formatted["answer"]}
+    return {key: formatted[key] for key in GRPO_COLUMNS}
 
 
-def _same_grpo_columns(expected: dict[str, Any], got: Any) -> bool:
-    return isinstance(got, Mapping) and same_values(expected, {key: got.get(key) for key in expected})
+@dataclass(frozen=True)
+class _Missing:
+    """Stands for a column the learner's row lacks, so a difference reads ``yours returns <no 'answer' key>``."""
+
+    key: str
+
+    def __repr__(self) -> str:
+        return f"<no {self.key!r} key>"
+
+
+def _trainer_view(learner: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    """The learner's row function seen as the trainer sees its rows: only ``prompt`` and ``answer`` count.
+
+    It keeps the learner's name and module (``functools.wraps``): it runs the learner's code, not the package's.
+    """
+
+    @functools.wraps(learner)
+    def columns(row: dict[str, Any]) -> Any:
+        got = learner(row)
+        if not isinstance(got, Mapping):
+            return got
+        return {key: got[key] if key in got else _Missing(key) for key in GRPO_COLUMNS}
+
+    return columns
 
 
 def row_cases(dataset: Any) -> list[Case]:
-    """Real raw rows plus rows a map function must transform right or refuse."""
-    indices = real_row_indices(dataset, count=12)
-    real = [Case(f"row {i}", (row,)) for i, row in zip(indices, dataset_rows(dataset, indices), strict=True)]
-    return real + [Case(label, (row,)) for label, row in ROW_EDGE_CASES]
+    """Every raw row of ``dataset`` (what ``Dataset.map`` runs the function on), then rows it must refuse."""
+    rows = dataset_rows(dataset, range(len(dataset)))
+    return [Case(f"row {i}", (row,)) for i, row in enumerate(rows)] + [
+        Case(label, (row,)) for label, row in ROW_EDGE_CASES
+    ]
 
 
-def _first_differing_row(mapped: Any, expected: Any) -> str | None:
-    if len(mapped) != len(expected):
-        return f"it has {len(mapped)} rows, the raw data {len(expected)}: map must keep every row"
-    missing = {"prompt", "answer"} - set(getattr(mapped, "column_names", []))
-    if missing:
-        return f"its columns lack {sorted(missing)}; it has {getattr(mapped, 'column_names', None)}"
-    for column in ("prompt", "answer"):
-        for index, (got, want) in enumerate(zip(mapped[column], expected[column], strict=True)):
-            if not same_values(want, got):
-                ours, yours = short_repr(want, 60), short_repr(got, 60)
-                return f"row {index}, column {column!r}: the reference has {ours}, yours {yours}"
-    return None
+def check_02_mapping(learner: Any, dataset: Any) -> Any:
+    """02.3: the learner's row function for ``Dataset.map`` against ``format_row``'s ``prompt`` and ``answer``.
 
-
-def check_02_mapping(learner: Any, mapped: Any, dataset: Any) -> bool:
-    """The learner's row function (for ``Dataset.map``) and the dataset it made, against ``format_gsm8k``."""
-    hint = "return {'prompt': build_prompt(row['question']), 'answer': extract_hash_answer(row['answer'])}"
-    if not check_against_reference(
-        "02 map function", learner, _grpo_columns, row_cases(dataset), hint=hint, same=_same_grpo_columns
-    ):
-        return False
-    if is_unanswered(mapped):
-        return report("02 mapped dataset", False, "pass the dataset that dataset.map(your_function) returned", mapped)
-    problem = _first_differing_row(mapped, format_gsm8k(dataset))
-    if problem:
-        print(f"❌ 02 mapped dataset: {problem}.")
-        return False
-    print(f"✅ 02 mapped dataset: all {len(mapped)} rows have the reference's prompt and answer.")
-    return True
+    Run on every row of ``dataset`` and on broken rows; extra columns pass. Returns what the notebook continues
+    with: the learner's function, or ``course_utils.lesson.formatting.format_row``.
+    """
+    passed = not not_a_function(MAPPING, learner, MAPPING_HINT) and check_against_reference(
+        MAPPING, _trainer_view(learner), _grpo_columns, row_cases(dataset), hint=MAPPING_HINT
+    )
+    return hand_back(MAPPING, passed, learner, format_row, "course_utils.lesson.formatting.format_row")
 
 
 def split_solution_reference(text: str) -> tuple[str, str]:
-    """Exercise 02.4's reference: the worked reasoning and the gold answer of one GSM8K solution."""
-    return extract_reasoning(text), extract_hash_answer(text)
+    """02.7's answer: the worked reasoning and the gold answer of one GSM8K solution (bad input refused first)."""
+    answer = extract_hash_answer(text)
+    return extract_reasoning(text), answer
 
 
-def check_02_split_solution(learner: Any, dataset: Any) -> bool:
-    """Exercise: ``split_solution(text) -> (reasoning, answer)``, checked like ``extract_hash_answer``."""
-    hint = "reasoning: the text before '####', stripped; answer: your extract_hash_answer (errors included)"
-    return check_against_reference(
-        "02.4 split_solution", learner, split_solution_reference, answer_cases(dataset), hint=hint
-    )
+def check_02_split_solution(learner: Any, dataset: Any) -> Any:
+    """02.7: ``split_solution(text) -> (reasoning, answer)``, on the cases of ``extract_hash_answer``.
+
+    A refusal of bad input passes with any error of the ``ValueError``/``TypeError`` family (validating
+    first gives ``TypeError`` for ``None``, splitting first ``AttributeError``). Returns the learner's
+    function when it passed, else ``split_solution_reference``.
+    """
+    passed = check_against_reference(SPLIT, learner, split_solution_reference, answer_cases(dataset), hint=SPLIT_HINT)
+    reference_name = "course_utils.exercises.nb02_gsm8k_data.split_solution_reference"
+    return hand_back(SPLIT, passed, learner, split_solution_reference, reference_name)
