@@ -1,129 +1,431 @@
-"""Notebook 04's checks of the constructs the learner writes: SFTConfig, LoraConfig, GRPOConfig, GRPOTrainer."""
+"""Notebook 04's lesson exercises: ``GRPOConfig`` (04.1), ``LoraConfig`` (04.2), ``SFTConfig`` (04.3), the trainer.
+
+For each: the course's solution (``solutions/``, through ``tests.notebook_code``) passes and is handed back;
+the learner's stub (``notebooks/``) reads "not answered yet" and the package's object is handed back; wrong
+answers a learner really writes fail, naming the problem; right answers that differ from the package's
+(``log_completions=True``, another ``beta``...) pass. The precision is pinned to fp32
+(``COURSE_CPU_PRECISION``), so the verdicts are the same on every CPU.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
-from trl import GRPOConfig, GRPOTrainer
+from peft import LoraConfig
+from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
 from course_utils.core.profiles import get_profile
-from course_utils.exercises import nb04_train_grpo as lesson_checks
-from course_utils.exercises.comparison import field_differences
-from course_utils.exercises.nb04_train_grpo import DiffersFromReference
-from course_utils.lesson.models import build_tiny_random_model
-from course_utils.lesson.rewards import REWARD_FUNCS, load_weights
+from course_utils.exercises import nb04_train_grpo as nb04
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
+from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights, load_weights
+from course_utils.training import monitoring
 from course_utils.training import run as training
 from course_utils.training.warm_start import make_sft_config
+from tests.notebook_code import exercise
 
 
-def test_field_differences_name_each_field_both_ways():
-    assert field_differences({"a": 1, "b": 2}, {"a": 1, "b": 2}) == []
-    assert field_differences({"a": 1, "b": 3}, {"a": 1, "b": 2}) == ["b: yours 3, reference 2"]
-    assert field_differences({"a": 1}, {"a": 1, "b": 2}) == ["b: yours '(not set)', reference 2"]
-    assert field_differences({"a": 1, "c": {"y", "x"}}, {"a": 1}) == ["c: yours ['x', 'y'], reference '(not set)'"]
+@pytest.fixture(autouse=True)
+def fp32_cpu(monkeypatch):
+    """The CPU profiles train in fp32 here, whatever this CPU computes natively."""
+    monkeypatch.setenv("COURSE_CPU_PRECISION", "fp32")
 
 
-@pytest.mark.parametrize("name", ["ci", "cpu"])  # the GPU profiles' fp16/bf16 need a GPU to build
-def test_the_reference_grpo_config_passes_and_a_changed_field_is_named(name, tmp_path, capsys):
-    profile = get_profile(name)
-    weights = load_weights()
-    config = training.make_grpo_config(profile, tmp_path, reward_weights=weights)
-    assert lesson_checks.check_grpo_config(config, profile, weights)
-    assert "✅ Your GRPOConfig" in capsys.readouterr().out
-    changed = training.make_grpo_config(profile, tmp_path, reward_weights=weights, learning_rate=1e-3, seed=7)
-    with pytest.raises(DiffersFromReference, match=r"2 place\(s\)") as raised:
-        lesson_checks.check_grpo_config(changed, profile, weights)
-    assert f"learning_rate: yours 0.001, reference {profile.learning_rate}" in str(raised.value)
-    assert "seed: yours 7, reference 42" in str(raised.value) and "profile.override" in str(raised.value)
+def verdict(capsys) -> str:
+    return capsys.readouterr().out
 
 
-def test_a_grpo_config_left_at_trl_defaults_lists_what_it_forgot(tmp_path):
-    profile = get_profile("ci")
-    defaults = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
-    with pytest.raises(DiffersFromReference) as raised:
-        lesson_checks.check_grpo_config(defaults, profile)
-    message = str(raised.value)
-    assert "num_generations: yours 8, reference" in message and "beta" in message
-
-
-def test_other_reward_weights_than_the_cell_loaded_are_a_difference(tmp_path):
-    profile = get_profile("ci")
-    config = training.make_grpo_config(profile, tmp_path, reward_weights=[2.0, 1.0, 1.0, 1.0, 1.0])
-    with pytest.raises(DiffersFromReference, match="reward_weights"):
-        lesson_checks.check_grpo_config(config, profile, None)
-    assert lesson_checks.check_grpo_config(config, profile, [2.0, 1.0, 1.0, 1.0, 1.0])
-
-
-def test_sft_config_check(tmp_path):
-    profile = get_profile("cpu")
-    assert lesson_checks.check_sft_config(make_sft_config(profile, tmp_path), profile)
-    with pytest.raises(DiffersFromReference, match=r"learning_rate: yours 0\.1"):
-        lesson_checks.check_sft_config(make_sft_config(profile, tmp_path, learning_rate=0.1), profile)
-    with pytest.raises(TypeError, match=r"trl\.SFTConfig"):
-        lesson_checks.check_sft_config({"learning_rate": 1e-3}, profile)
-
-
-def test_lora_config_check(offline_model_and_tokenizer):
-    model, _ = offline_model_and_tokenizer
-    profile = get_profile("cpu")
-    lora = training.make_lora_config(profile, model)
-    assert lesson_checks.check_lora_config(lora, profile, model)
-    assert lesson_checks.check_lora_config(replace(lora, target_modules=list(lora.target_modules)), profile, model)
-    with pytest.raises(DiffersFromReference, match="layers_to_transform: yours None"):
-        lesson_checks.check_lora_config(replace(lora, layers_to_transform=None), profile, model)
-    with pytest.raises(DiffersFromReference, match="r: yours 4, reference 16"):
-        lesson_checks.check_lora_config(replace(lora, r=4), profile, model)
-    with pytest.raises(DiffersFromReference, match="LoRA: yours None"):
-        lesson_checks.check_lora_config(None, profile, model)
-    assert lesson_checks.check_lora_config(None, profile.override(use_lora=False), model)
+# --- 04.1 GRPOConfig -----------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def tiny_setup(gsm8k_env, offline_model_and_tokenizer):
-    """A profile the tiny random model fits (2 layers: LoRA in all), its config, LoRA, data and tokenizer.
+def ci(gsm8k_env):
+    """The ci profile, its run folder (in a private output folder) and the weights notebook 03 saved (none)."""
+    profile = get_profile("ci")
+    return profile, training.default_run_dir(profile), load_weights()
+
+
+def _grpo(profile, weights, **changes):
+    """A learner's GRPOConfig: the course's, with the fields a learner changed."""
+    return training.make_grpo_config(profile, **{"reward_weights": weights, **changes})
+
+
+def test_04_1_the_solution_passes_and_is_handed_back(ci, capsys):
+    profile, run_dir, weights = ci
+    config = exercise("04", "config", profile=profile, run_dir=run_dir, reward_weights=weights)
+    assert nb04.check_grpo_config(config, profile, weights) is config
+    out = verdict(capsys)
+    assert out.startswith("✅ 04.1 GRPOConfig: correct.")
+    assert "04.1 GRPOConfig: the notebook continues with yours." in out
+
+
+def test_04_1_the_stub_reads_not_answered_and_the_package_config_is_handed_back(ci, capsys):
+    profile, run_dir, weights = ci
+    stub = exercise("04", "config", copy="notebooks", profile=profile, run_dir=run_dir, reward_weights=weights)
+    assert stub is None
+    handed = nb04.check_grpo_config(stub, profile, weights)
+    out = verdict(capsys)
+    assert out.startswith("⏳ 04.1 GRPOConfig: not answered yet.")
+    assert "continues with the package's training.make_grpo_config(profile)." in out
+    assert isinstance(handed, GRPOConfig) and handed.to_dict() == _grpo(profile, weights).to_dict()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"log_completions": True},  # notebook 07 uses it
+        {"beta": 0.0, "loss_type": "grpo", "learning_rate": 5e-5, "seed": 7},
+        {"per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 3, "temperature": 0.9},
+        {"max_completion_length": 128},  # longer than the profile's 16, within what the reference answers need
+        {"reward_weights": None},  # TRL weighs every reward 1.0: notebook 03's "initial" preset
+        {"scale_rewards": "batch", "epsilon_high": 0.28, "save_steps": 1},
+    ],
+)
+def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsys):
+    profile, _, weights = ci
+    config = _grpo(profile, weights, **changes)
+    assert nb04.check_grpo_config(config, profile, weights) is config, verdict(capsys)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"bf16": True}, "bf16=True on this CPU, where the model trains in float32"),
+        ({"fp16": True}, "fp16=True on the CPU"),
+        ({"reward_weights": [2.0, 0.5, 0.5, 0.5]}, "reward_weights has 4 weights for the 5 reward functions"),
+        ({"reward_weights": grpo_reward_weights("tuned")}, "are not the weights loaded above from notebook 03"),
+        ({"max_completion_length": 4}, "max_completion_length=4 cuts completions short"),
+        ({"max_completion_length": 4096}, "max_completion_length=4096 is longer than the profile's 16"),
+        ({"output_dir": "outputs/my-run"}, "is not the run folder"),
+        ({"temperature": 0.0}, "temperature=0.0"),
+        ({"max_steps": -1}, "max_steps is not set"),
+        ({"save_strategy": "no"}, "save_strategy='no'"),
+        ({"loss_type": "dpo"}, "loss_type='dpo' is not one TRL knows"),
+        ({"use_vllm": True}, "vLLM is not installed"),
+    ],
+)
+def test_04_1_wrong_configs_fail_naming_the_problem(ci, changes, named, capsys):
+    profile, _, weights = ci
+    config = _grpo(profile, weights, **changes)
+    assert isinstance(nb04.check_grpo_config(config, profile, weights), GRPOConfig)
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.1 GRPOConfig: not yet") and named in out, out
+    assert "continues with the package's training.make_grpo_config(profile)." in out
+
+
+@pytest.mark.parametrize(("field", "value"), [("num_generations", 3), ("num_generations", 1),
+                                              ("per_device_train_batch_size", 3)])
+def test_04_1_a_generation_batch_of_broken_groups_fails(ci, field, value, capsys):
+    """GRPOConfig refuses these when it is built; a config changed afterwards is checked all the same."""
+    profile, _, weights = ci
+    config = _grpo(profile, weights)
+    setattr(config, field, value)
+    handed = nb04.check_grpo_config(config, profile, weights)
+    out = verdict(capsys)
+    assert handed is not config and out.startswith("❌ 04.1")
+    assert "num_generations=1: a group needs at least 2" in out if value == 1 else "is not whole groups" in out
+
+
+def test_04_1_trl_defaults_fail_on_what_they_forget(ci, capsys):
+    profile, run_dir, weights = ci
+    defaults = GRPOConfig(output_dir=str(run_dir), use_cpu=True, report_to=[])
+    nb04.check_grpo_config(defaults, profile, weights)
+    out = verdict(capsys)
+    assert "bf16=True on this CPU" in out and "max_steps is not set" in out and "max_completion_length=512" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "named"),
+    [
+        ("colab-t4", {"bf16": False, "fp16": True, "use_cpu": False}, None),
+        ("gpu", {"bf16": True, "fp16": False, "use_cpu": False}, None),
+        ("colab-t4", {"bf16": True, "fp16": False, "use_cpu": False}, "bf16=True, but this GPU has no bfloat16"),
+        ("colab-t4", {"bf16": False, "fp16": False, "use_cpu": False}, "fp16=False, but the model trains in float16"),
+        ("gpu", {"bf16": False, "fp16": True, "use_cpu": False}, "fp16=True, but the model trains in bfloat16"),
+        ("gpu", {"bf16": True, "fp16": False, "use_cpu": True}, "this GPU profile would train on the CPU"),
+    ],
+)
+def test_04_1_precision_on_the_gpu_profiles(name, flags, named):
+    """A GPU config cannot be built without a GPU: the rule is tested on its three fields (no GPU here: no bf16)."""
+    problems = nb04.precision_problems(SimpleNamespace(**flags), get_profile(name))
+    assert problems == [] if named is None else any(named in problem for problem in problems), problems
+
+
+def test_04_1_something_else_than_a_config_is_a_verdict_not_an_error(ci, capsys):
+    profile, _, weights = ci
+    handed = nb04.check_grpo_config({"num_generations": 2}, profile, weights)
+    assert isinstance(handed, GRPOConfig) and "a dict, not a GRPOConfig" in verdict(capsys)
+
+
+def test_04_1_the_weights_are_compared_with_the_ones_the_cell_loaded(ci):
+    profile, _, _ = ci
+    tuned = grpo_reward_weights("tuned")
+    config = _grpo(profile, tuned)
+    assert nb04.check_grpo_config(config, profile, tuned) is config
+    assert nb04.check_grpo_config(config, profile, None) is not config
+
+
+def test_04_1_completion_length_bounds_follow_the_profile_and_the_reference_answers(gsm8k_env):
+    """The CPU profiles cut on purpose (their value is the floor); longer is fine up to what the answers need."""
+    low, high, needed = nb04.completion_length_bounds(get_profile("cpu"))
+    assert needed is not None and low == 96 < needed <= high
+    a_gpu_like = get_profile("ci").override(max_completion_length=768, eval_max_new_tokens=768)
+    low, high, _ = nb04.completion_length_bounds(a_gpu_like)
+    assert low == needed and high == 768  # a GPU run must fit the answers: far below them fails
+
+
+# --- 04.2 LoraConfig -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    """Qwen2's architecture at toy size (2 decoder layers): its LoRA targets are the GPU profiles'."""
+    return build_tiny_random_model()
+
+
+@pytest.fixture
+def lora_profile():
+    return get_profile("ci").override(lora_top_layers=1)  # the top one of the tiny model's two layers
+
+
+def test_04_2_the_solution_passes_and_is_handed_back(lora_profile, tiny_model, capsys):
+    lora = exercise("04", "lora", profile=lora_profile, model=tiny_model)
+    assert lora.layers_to_transform == [1]
+    assert nb04.check_lora_config(lora, lora_profile, tiny_model) is lora
+    assert verdict(capsys).startswith("✅ 04.2 LoraConfig: correct.")
+
+
+def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(lora_profile, tiny_model, capsys):
+    stub = exercise("04", "lora", copy="notebooks", profile=lora_profile, model=tiny_model)
+    handed = nb04.check_lora_config(stub, lora_profile, tiny_model)
+    out = verdict(capsys)
+    assert stub is None and out.startswith("⏳ 04.2 LoraConfig: not answered yet.")
+    assert "continues with the package's training.make_lora_config(profile, model)." in out
+    assert isinstance(handed, LoraConfig) and handed.layers_to_transform == [1]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"layers_to_transform": None},  # every layer: slower on a CPU, still right
+        {"target_modules": "all-linear", "layers_to_transform": None},
+        {"target_modules": ["q_proj", "v_proj"], "r": 4, "lora_alpha": 8},
+        {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": [0, 1]},
+    ],
+)
+def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny_model, changes, capsys):
+    lora = replace(training.make_lora_config(lora_profile, tiny_model), **changes)
+    assert nb04.check_lora_config(lora, lora_profile, tiny_model) is lora, verdict(capsys)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"target_modules": ["c_attn", "c_proj"]}, "['c_attn', 'c_proj'] are not linear layers of Qwen2ForCausalLM"),
+        ({"target_modules": ["q_proj", "embed_tokens"]}, "['embed_tokens'] are not linear layers"),
+        ({"target_modules": r".*\.attn\.query", "layers_to_transform": None}, "matches no linear layer"),
+        ({"r": 0}, "r=0"),
+        ({"layers_to_transform": [15, 16]}, "the model has decoder layers 0 to 1; [15, 16] are not among them"),
+        ({"layers_to_transform": []}, "an empty list adapts nothing"),
+        ({"task_type": "SEQ_CLS"}, "task_type='SEQ_CLS'"),
+        ({"lora_alpha": 0}, "lora_alpha=0"),
+    ],
+)
+def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):
+    lora = replace(training.make_lora_config(lora_profile, tiny_model), **changes)
+    assert nb04.check_lora_config(lora, lora_profile, tiny_model) is not lora
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.2 LoraConfig: not yet") and named in out, out
+
+
+def test_04_2_no_lora_is_right_only_where_the_profile_trains_every_weight(lora_profile, tiny_model, capsys):
+    full = lora_profile.override(use_lora=False)
+    assert nb04.check_lora_config(None, full, tiny_model) is None
+    assert verdict(capsys).startswith("✅ 04.2 LoraConfig: correct.")
+    lora = training.make_lora_config(lora_profile, tiny_model)
+    assert nb04.check_lora_config(lora, full, tiny_model) is None
+    assert "this profile trains every weight" in verdict(capsys)
+
+
+# --- 04.3 SFTConfig --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("ci")
+
+
+@pytest.fixture
+def cpu_lab(gsm8k_env):
+    """The cpu lab's warm start: 32 examples in batches of 8 (micro-batches of 2), one epoch: 4 steps."""
+    profile = get_profile("cpu")
+    return profile, training.default_run_dir(profile)
+
+
+def test_04_3_the_solution_passes_and_is_handed_back(cpu_lab, tokenizer, capsys):
+    profile, run_dir = cpu_lab
+    config = exercise("04", "sft_config", profile=profile, run_dir=run_dir)
+    assert nb04.check_sft_config(config, profile, tokenizer) is config
+    assert verdict(capsys).startswith("✅ 04.3 SFTConfig: correct.")
+
+
+def test_04_3_the_stub_reads_not_answered_and_the_package_config_is_handed_back(cpu_lab, tokenizer, capsys):
+    profile, run_dir = cpu_lab
+    stub = exercise("04", "sft_config", copy="notebooks", profile=profile, run_dir=run_dir)
+    handed = nb04.check_sft_config(stub, profile, tokenizer)
+    out = verdict(capsys)
+    assert stub is None and out.startswith("⏳ 04.3 SFTConfig: not answered yet.")
+    assert isinstance(handed, SFTConfig) and handed.to_dict() == make_sft_config(profile).to_dict()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 8},  # the same batch in smaller passes
+        {"max_steps": 4, "num_train_epochs": 1.0},  # the same 4 steps, said differently
+        {"learning_rate": 5e-4, "max_length": 1024, "lr_scheduler_type": "linear", "report_to": "none"},
+    ],
+)
+def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer, changes, capsys):
+    profile, _ = cpu_lab
+    config = make_sft_config(profile, **changes)
+    assert nb04.check_sft_config(config, profile, tokenizer) is config, verdict(capsys)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "per_device_train_batch_size=8"),
+        ({"num_train_epochs": 3.0}, "12 optimizer steps"),
+        ({"gradient_accumulation_steps": 1}, "16 optimizer steps"),  # batch 2: four times the steps
+        ({"max_steps": 100}, "100 optimizer steps"),
+        ({"max_length": 64}, "max_length=64 cuts the longest warm-start example"),
+        ({"bf16": True}, "bf16=True on this CPU"),
+        ({"output_dir": "/tmp/warm_start"}, "is not in the run folder"),
+        ({"learning_rate": 0.0}, "learning_rate=0.0"),
+    ],
+)
+def test_04_3_wrong_configs_fail_naming_the_problem(cpu_lab, tokenizer, changes, named, capsys):
+    profile, _ = cpu_lab
+    config = make_sft_config(profile, **changes)
+    assert nb04.check_sft_config(config, profile, tokenizer) is not config
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.3 SFTConfig: not yet") and named in out, out
+
+
+def test_04_3_a_grpo_config_is_not_an_sft_config(cpu_lab, tokenizer, capsys):
+    profile, _ = cpu_lab
+    assert isinstance(nb04.check_sft_config(training.make_grpo_config("ci"), profile, tokenizer), SFTConfig)
+    assert "a GRPOConfig, not a SFTConfig" in verdict(capsys)
+
+
+# --- 04.4 GRPOTrainer ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pieces(gsm8k_env, tokenizer):
+    """What the notebook has when it reaches 04.4, at toy size: the ci run on the tiny model (LoRA in both layers).
 
     The model is saved first: without LoRA and with ``beta > 0`` TRL loads the reference model from its path.
     """
-    _, tokenizer = offline_model_and_tokenizer
-    profile = get_profile("ci").override(
-        lora_top_layers=None, max_prompt_tokens=None, train_size=4, max_completion_length=8, max_steps=1
-    )
+    profile = get_profile("ci").override(lora_top_layers=None, max_prompt_tokens=None, train_size=4,
+                                         max_completion_length=8, max_steps=1)  # fmt: skip
     model = build_tiny_random_model()
     model.save_pretrained(gsm8k_env / "tiny")
     model.config._name_or_path = str(gsm8k_env / "tiny")
-    lora = training.make_lora_config(profile, model)
-    config = training.make_grpo_config(profile)
-    data = training.training_dataset(profile)
-    return profile, model, lora, config, data, tokenizer
+    return {
+        "profile": profile, "model": model, "tokenizer": tokenizer, "config": training.make_grpo_config(profile),
+        "lora": training.make_lora_config(profile, model), "train_dataset": training.training_dataset(profile),
+        "dashboard": monitoring.LiveDashboard(show=False),
+    }  # fmt: skip
 
 
-def _trainer(model, tokenizer, config, data, lora, funcs=REWARD_FUNCS, callbacks=None):
-    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=list(funcs), args=config,
-                       train_dataset=data, peft_config=lora, callbacks=callbacks)  # fmt: skip
+def _trainer(p, **changes):
+    """A learner's GRPOTrainer call: the course's arguments, with the ones a learner changed."""
+    kwargs = {"model": p["model"], "processing_class": p["tokenizer"], "reward_funcs": list(REWARD_FUNCS),
+              "args": p["config"], "train_dataset": p["train_dataset"], "peft_config": p["lora"],
+              "callbacks": [p["dashboard"]], **changes}  # fmt: skip
+    return GRPOTrainer(**kwargs)
 
 
-@pytest.mark.slow
-def test_grpo_trainer_check(tiny_setup):
-    profile, model, lora, config, data, tokenizer = tiny_setup
-    trainer = _trainer(model, tokenizer, config, data, lora)  # a plain GRPOTrainer: no callbacks demanded
-    assert lesson_checks.check_grpo_trainer(trainer, profile, config, lora, tokenizer)
-    other_config = training.make_grpo_config(profile)
-    with pytest.raises(DiffersFromReference, match="args: not the GRPOConfig checked above"):
-        lesson_checks.check_grpo_trainer(trainer, profile, other_config, lora, tokenizer)
-    with pytest.raises(DiffersFromReference, match="peft_config: the model carries no LoRA adapter as configured"):
-        lesson_checks.check_grpo_trainer(trainer, profile, config, replace(lora, r=2), tokenizer)
+def _check(p, trainer):
+    return nb04.check_grpo_trainer(trainer, p["profile"], model=p["model"], tokenizer=p["tokenizer"],
+                                   config=p["config"], lora=p["lora"], train_dataset=p["train_dataset"],
+                                   callbacks=[p["dashboard"]])  # fmt: skip
 
 
-@pytest.mark.slow
-def test_grpo_trainer_check_names_rewards_and_adapters(tiny_setup):
-    profile, model, lora, config, data, tokenizer = tiny_setup
+def test_04_4_the_solution_passes_and_is_handed_back(pieces, capsys):
+    names = {k: pieces[k] for k in ("model", "tokenizer", "config", "train_dataset", "lora", "dashboard")}
+    trainer = exercise("04", "trainer", **names)
+    assert isinstance(trainer, GRPOTrainer) and _check(pieces, trainer) is trainer
+    out = verdict(capsys)
+    assert out.startswith("✅ 04.4 GRPOTrainer: correct.") and "continues with yours" in out
+
+
+def test_04_4_the_stub_reads_not_answered_and_the_course_trainer_is_handed_back(pieces, capsys):
+    names = {k: pieces[k] for k in ("model", "tokenizer", "config", "train_dataset", "lora", "dashboard")}
+    stub = exercise("04", "trainer", copy="notebooks", **names)
+    handed = _check(pieces, stub)
+    out = verdict(capsys)
+    assert stub is None and out.startswith("⏳ 04.4 GRPOTrainer: not answered yet.")
+    assert isinstance(handed, GRPOTrainer) and handed.args is pieces["config"]
+    assert handed.model.get_base_model() is pieces["model"] and pieces["dashboard"] in handed.callback_handler.callbacks
+    assert nb04.trainer_problems(handed, pieces["model"], pieces["tokenizer"], pieces["config"], pieces["lora"]) == []
+
+
+def test_04_4_a_plain_call_without_callbacks_passes(pieces, capsys):
+    trainer = _trainer(pieces, callbacks=None)
+    assert _check(pieces, trainer) is trainer, verdict(capsys)
+
+
+def test_04_4_training_on_the_test_split_fails_and_the_course_trainer_takes_over(pieces, capsys):
+    """The issue's wrong answer: it trains on the held-out problems notebook 05 evaluates on."""
+    trainer = _trainer(pieces, train_dataset=load_gsm8k("test", formatted=True))
+    handed = _check(pieces, trainer)
+    out = verdict(capsys)
+    assert "❌ 04.4 GRPOTrainer: not yet" in out
+    assert "1319 of its 1319 problems are in GSM8K's test split" in out
+    assert handed is not trainer and handed.train_dataset is pieces["train_dataset"]
+    assert handed.model.get_base_model() is pieces["model"]  # the learner's adapter taken out, the course's put in
+    assert nb04.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"args": "other config"}, "args: not the GRPOConfig checked above"),
+        ({"peft_config": None}, "peft_config: the model carries no LoRA adapter"),
+        ({"reward_funcs": [REWARD_FUNCS[0], *REWARD_FUNCS[:4]]}, "reward_funcs ["),
+        ({"train_dataset": "a dataset without answers"}, "train_dataset has columns ['prompt']"),
+        ({"processing_class": "another tokenizer"}, "processing_class: not the tokenizer"),
+        ({"model": "a fresh model"}, "model: not the model loaded (and warm-started) above"),
+    ],
+)
+def test_04_4_wrong_calls_fail_naming_the_problem(pieces, changes, named, tokenizer, capsys):
+    stand_ins = {
+        "other config": training.make_grpo_config(pieces["profile"]),
+        "a dataset without answers": pieces["train_dataset"].remove_columns(["answer", "question", "reasoning"]),
+        "another tokenizer": load_tokenizer("ci"),
+        "a fresh model": build_tiny_random_model(seed=1),
+    }
+    trainer = _trainer(pieces, **{k: stand_ins.get(v, v) if isinstance(v, str) else v for k, v in changes.items()})
+    assert _check(pieces, trainer) is not trainer
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.4 GRPOTrainer: not yet") and named in out, out
+
+
+def test_04_4_reordered_rewards_pass_only_when_each_keeps_its_weight(pieces, capsys):
     reordered = [*REWARD_FUNCS[1:], REWARD_FUNCS[0]]
-    trainer = _trainer(model, tokenizer, config, data, None, funcs=reordered)
-    with pytest.raises(DiffersFromReference) as raised:
-        lesson_checks.check_grpo_trainer(trainer, profile, config, lora, tokenizer)
-    message = str(raised.value)
-    assert "reward_funcs: yours" in message and "callbacks" not in message
-    assert "peft_config" in message
+    trainer = _trainer(pieces, reward_funcs=reordered)  # the "initial" weights are all 1.0: nothing changes
+    assert _check(pieces, trainer) is trainer, verdict(capsys)
+    weighted = training.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
+    trainer = _trainer({**pieces, "config": weighted}, reward_funcs=reordered)
+    assert _check({**pieces, "config": weighted}, trainer) is not trainer
+    assert "each reward's weight" in verdict(capsys)
 
 
+def test_04_4_something_else_than_a_trainer_is_a_verdict(pieces, capsys):
+    handed = _check(pieces, pieces["config"])
+    assert isinstance(handed, GRPOTrainer) and "a GRPOConfig, not a GRPOTrainer" in verdict(capsys)

@@ -111,6 +111,16 @@ def test_dashboard_redraws_headless_and_saves(tmp_path):
     assert [e["reward"] for e in training_logs(back)] == pytest.approx([0.5 + 0.1 * i for i in range(6)])
 
 
+def test_the_dashboards_reward_std_panel_says_it_is_the_whole_batch():
+    """TRL's reward_std is the std over every completion of a step; the within-group signal is frac_reward_zero_std."""
+    dashboard = LiveDashboard(show=False)
+    state = type("State", (), {"global_step": 1})()
+    dashboard.on_log(None, state, None, logs=training_logs(_history(1))[0])
+    titles = [ax.get_title() for ax in dashboard.figure.axes]
+    assert titles[1] == "reward_std (whole batch)"
+    assert not any("within group" in title for title in titles)
+
+
 def test_empty_dashboard_draws():
     assert len(plot_training_dashboard([]).axes) == 6
 

@@ -53,7 +53,8 @@ class Profile:
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     max_completion_length: int = 256
-    # Cut completions leave the loss (TRL's mask_truncated_completions): their zero reward is noise
+    # Cut completions leave the loss (TRL's mask_truncated_completions: their completion_mask is zeroed; their
+    # rewards still enter the group's mean and std)
     mask_truncated_completions: bool = False
     max_steps: int = 100
     learning_rate: float = 5e-6
@@ -207,7 +208,8 @@ PROFILES: dict[str, Profile] = {
         per_device_train_batch_size=8,
         gradient_accumulation_steps=2,
         # Qwen2.5-0.5B-Instruct's GSM8K completions have a median of ~274 tokens (trl#6263): 256 cut ~57% of
-        # them before the answer. 512 keeps most whole; the rest are masked out of the loss, not scored 0
+        # them before the answer. 512 keeps most whole; the rest leave the loss (their rewards still count in
+        # their group's mean and std)
         max_completion_length=512,
         mask_truncated_completions=True,
         max_steps=250,

@@ -246,7 +246,7 @@ CONFIG_FIELD_NOTES: dict[str, str] = {
     "gradient_accumulation_steps": "passes per optimizer step; effective batch = batch x accumulation",
     "generation_batch_size": "completions generated together; must be a multiple of num_generations",
     "max_completion_length": "new tokens per completion; longer ones are cut (see the clipped ratio)",
-    "mask_truncated_completions": "cut completions leave the loss instead of counting as reward 0",
+    "mask_truncated_completions": "cut completions leave the loss; their rewards still enter the group mean and std",
     "temperature": "sampling temperature: diversity inside a group is what GRPO learns from",
     "learning_rate": "step size; too high and the KL / completion length jump",
     "lr_scheduler_type": "how the learning rate changes over the run",
