@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 import shutil
@@ -114,3 +115,48 @@ def test_make_notebooks_and_the_readme_name_both_copies():
     assert "scripts/make_learner_copies.py" in makefile and "--notebook-dir=notebooks" in makefile
     readme = (copies.ROOT / "README.md").read_text()
     assert "solutions/" in readme and "make notebooks" in readme
+
+
+def _bound_in_regions(source: str) -> set[str]:
+    """The names the solution regions of a cell define or assign at top level (``def f``, ``x = ...``)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _exercise_problems(path: Path) -> list[str]:
+    """Each exercise cell needs a collapsed hint near it and, after it, a check called on what it defines."""
+    notebook_cells = cells(path)
+    problems = []
+    for index, cell in enumerate(notebook_cells):
+        if cell.cell_type != "code" or copies.BEGIN not in cell.source:
+            continue
+        nearby = notebook_cells[max(index - 2, 0) : index + 4]
+        if not any(c.cell_type == "markdown" and "<details>" in c.source for c in nearby):
+            problems.append(f"{path.name} cell {index}: no collapsed hint (<details>) beside the exercise")
+        names = _bound_in_regions(cell.source)
+        later = "\n".join(c.source for c in notebook_cells[index : index + 4] if c.cell_type == "code")
+        if not any(re.search(rf"check_\w+\(\s*{re.escape(name)}\b", later) for name in names):
+            problems.append(f"{path.name} cell {index}: no check_...({sorted(names)}) right after the exercise")
+    return problems
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_every_exercise_has_a_hint_and_a_check_right_after(path):
+    assert _exercise_problems(path) == []
+
+
+def test_an_exercise_without_its_check_or_hint_is_named(tmp_path):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
+        nbformat.v4.new_code_cell("print(f(2))"),
+    ]
+    path = tmp_path / "01_demo.ipynb"
+    nbformat.write(notebook, path)
+    problems = _exercise_problems(path)
+    assert any("no collapsed hint" in p for p in problems) and any("no check_" in p for p in problems)
