@@ -527,3 +527,29 @@ def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
     assert [point["step"] for point in curve] == [0, 1, 2]
     assert not torch.equal(evaluated[1], evaluated[0]), "checkpoint 1's adapter was not merged"
     assert torch.equal(evaluated[2], evaluated[0]), "checkpoint 2 was merged into weights checkpoint 1 had changed"
+
+
+def test_the_decode_timer_splits_prefill_from_decoding(offline_model_and_tokenizer):
+    from course_utils.lesson.models import DecodeTimer, greedy_generate
+
+    model, tokenizer = offline_model_and_tokenizer
+    timer = DecodeTimer()
+    chats = [[{"role": "user", "content": "Count from one to twenty, in words, separated by commas."}]]
+    texts = [g.text for g in greedy_generate(model, tokenizer, chats, 12, timer)]
+    assert timer.batches == 1 and timer.prefill_seconds > 0 and timer.decode_seconds > 0
+    assert texts == [g.text for g in greedy_generate(model, tokenizer, chats, 12)], "the timer changes nothing"
+    with pytest.raises(RuntimeError, match="without start"):
+        DecodeTimer().stop()
+
+
+def test_evaluate_model_reports_decoding_apart_from_prefill(offline_model_and_tokenizer, gsm8k_dir):
+    model, tokenizer = offline_model_and_tokenizer
+    problems = load_gsm8k("test", formatted=True, limit=2, folder=gsm8k_dir, verbose=False)
+    result = evaluate_model(model, tokenizer, problems, batch_size=2, max_new_tokens=6, progress=False)
+    assert result["prefill_seconds"] > 0 and result["decode_seconds"] > 0
+    assert result["prefill_seconds"] + result["decode_seconds"] <= result["elapsed_seconds"]
+    tokens = result["total_completion_tokens"]
+    assert result["decode_tokens_per_second"] == pytest.approx(tokens / result["decode_seconds"])
+    assert result["seconds_per_problem"] == pytest.approx(result["elapsed_seconds"] / 2)
+    table = compare_results(result, result)
+    assert table.loc["decode_tokens_per_second", "change"] == 0

@@ -7,6 +7,7 @@ in ``metrics.score_completions``, so batching changes the speed and nothing else
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from numbers import Integral
@@ -19,7 +20,7 @@ from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.metrics import score_completions
 from course_utils.lesson.data import load_gsm8k, load_splits, train_val_split
-from course_utils.lesson.models import Generation, greedy_generate
+from course_utils.lesson.models import DecodeTimer, Generation, greedy_generate
 from course_utils.lesson.token_lengths import prompt_token_lengths
 from course_utils.training.run import load_trained_model
 
@@ -77,7 +78,9 @@ def evaluate_model(
     under ``torch.inference_mode`` (on a CPU profile through ``cpu_speed.for_generation``: the same tokens,
     faster); the order of ``records`` is the dataset's. A generation that reaches
     ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns ``score_completions``'s dict,
-    timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size`` and ``max_new_tokens``.
+    timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size``, ``max_new_tokens``, and the
+    two phases of generation apart (``lesson.models.DecodeTimer``): ``prefill_seconds`` (reading the prompts),
+    ``decode_seconds`` and ``decode_tokens_per_second`` (writing the answers).
     """
     _check_generation_args(batch_size, max_new_tokens)
     rows = rows_to_evaluate(dataset)
@@ -86,17 +89,28 @@ def evaluate_model(
     lengths = prompt_token_lengths(tokenizer, prompts) if sort_by_length else [0] * len(rows)
     order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: unsorted when every length is 0
     generations: list[Generation | None] = [None] * len(rows)
+    timer = DecodeTimer()
     with _progress_bar(len(rows), progress, description) as bar, cpu_speed.for_generation(model):
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            outputs = greedy_generate(model, tokenizer, [prompts[i] for i in batch], max_new_tokens)
+            outputs = greedy_generate(model, tokenizer, [prompts[i] for i in batch], max_new_tokens, timer)
             for i, generation in zip(batch, outputs, strict=True):
                 generations[i] = generation
             bar.update(len(batch))
     elapsed = time.perf_counter() - started
-    return _score_generations(rows, generations, elapsed, confidence) | {
+    return _score_generations(rows, generations, elapsed, confidence) | _phases(timer, generations) | {
         "batch_size": batch_size,
         "max_new_tokens": max_new_tokens,
+    }
+
+
+def _phases(timer: DecodeTimer, generations: Sequence[Generation | None]) -> dict[str, float]:
+    """Reading the prompts apart from writing the answers: seconds of each, and tokens written per decoding second."""
+    tokens = sum(g.tokens for g in generations if g is not None)
+    return {
+        "prefill_seconds": timer.prefill_seconds,
+        "decode_seconds": timer.decode_seconds,
+        "decode_tokens_per_second": tokens / timer.decode_seconds if timer.decode_seconds > 0 else math.nan,
     }
 
 
@@ -134,13 +148,14 @@ def evaluate_one_at_a_time(
     _check_generation_args(1, max_new_tokens)
     rows = rows_to_evaluate(dataset)
     started = time.perf_counter()
+    timer = DecodeTimer()
     with cpu_speed.for_generation(model):  # as evaluate_model generates: only the batching differs
         generations = [
-            greedy_generate(model, tokenizer, [row["prompt"]], max_new_tokens)[0]
+            greedy_generate(model, tokenizer, [row["prompt"]], max_new_tokens, timer)[0]
             for row in tqdm(rows, disable=not progress, desc="one at a time", unit="problem")
         ]
     elapsed = time.perf_counter() - started
-    return _score_generations(rows, generations, elapsed, confidence) | {
+    return _score_generations(rows, generations, elapsed, confidence) | _phases(timer, generations) | {
         "batch_size": 1,
         "max_new_tokens": max_new_tokens,
     }

@@ -39,8 +39,11 @@ RATE_METRICS = (
     "soft_format_score",
     "truncation_rate",
 )
-# The non-rate metrics ``tables.compare_results`` also lists.
-OTHER_METRICS = ("mean_completion_tokens", "tokens_per_second", "problems_per_second")
+# The non-rate metrics ``tables.compare_results`` also lists (NaN where a result lacks one). Speed is seconds per
+# problem and decoding tokens per second: tokens per second over the whole call counts the prompt's reading as
+# writing, so a model that learned to answer shorter looks slower per token.
+OTHER_METRICS = ("mean_completion_tokens", "seconds_per_problem", "decode_tokens_per_second", "tokens_per_second",
+                 "problems_per_second")  # fmt: skip
 _RECORD_KEY = {  # which per-problem flag each rate counts
     "accuracy": "correct",
     "lenient_accuracy": "lenient_correct",
@@ -129,9 +132,9 @@ def score_completions(
 
     Returns a dict with ``n``, the rates in ``RATE_METRICS`` with ``<rate>_ci`` (Wilson, ``confidence``) and
     ``<rate>_count``, ``mean_completion_tokens``, ``total_completion_tokens``, ``tokens_per_second``,
-    ``problems_per_second``, ``elapsed_seconds``, ``confidence`` and ``records`` (one dict per problem: index,
-    question, gold, completion, extracted, correct, lenient_correct, exact_match, formatted, soft_formatted,
-    truncated, tokens).
+    ``problems_per_second``, ``seconds_per_problem``, ``elapsed_seconds``, ``confidence`` and ``records`` (one
+    dict per problem: index, question, gold, completion, extracted, correct, lenient_correct, exact_match,
+    formatted, soft_formatted, truncated, tokens).
     """
     _check_scoring_inputs(completions, golds, questions, truncated, completion_tokens, elapsed_seconds)
     texts = [_completion_text(c, i) for i, c in enumerate(completions)]
@@ -223,6 +226,7 @@ def _summarize(records: list[dict[str, Any]], elapsed_seconds: float | None, con
     timed = elapsed_seconds is not None
     result["tokens_per_second"] = total / elapsed_seconds if timed and total is not None else math.nan
     result["problems_per_second"] = n / elapsed_seconds if timed else math.nan
+    result["seconds_per_problem"] = elapsed_seconds / n if timed and n else math.nan
     result["records"] = records
     return result
 

@@ -63,7 +63,8 @@ def compare_results(
     first, second = labels
     rows = []
     for metric in (*RATE_METRICS, *OTHER_METRICS):
-        row = {"metric": metric, first: before[metric], second: after[metric], "change": after[metric] - before[metric]}
+        old, new = before.get(metric, math.nan), after.get(metric, math.nan)
+        row = {"metric": metric, first: old, second: new, "change": new - old}
         for label, result in ((first, before), (second, after)):
             low, high = result.get(f"{metric}_ci", (math.nan, math.nan))
             row[f"{label}_ci_low"], row[f"{label}_ci_high"] = low, high

@@ -35,6 +35,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     BitsAndBytesConfig,
+    LogitsProcessorList,
     Qwen2Config,
     Qwen2ForCausalLM,
 )
@@ -356,8 +357,52 @@ def _pad_id(tokenizer: Any) -> int:
     return pad_id
 
 
+class DecodeTimer:
+    """Splits ``generate``'s time into reading the prompt (prefill) and writing tokens (decoding), batch after batch.
+
+    ``generate`` calls its logits processors once per new token, after the model's forward for that token:
+    the first call comes right after the prompt was read, the last after the last token. Passing this as a
+    logits processor (it returns the scores untouched) times both phases without a second pass. Why it
+    matters: tokens per second over the whole call counts the prompt's reading as if it were writing, so a
+    model that learned to answer shorter looks slower per token.
+    """
+
+    def __init__(self) -> None:
+        self.prefill_seconds = 0.0
+        self.decode_seconds = 0.0
+        self.batches = 0
+        self._started: float | None = None
+        self._first: float | None = None
+        self._last: float | None = None
+
+    def start(self) -> None:
+        """Call right before ``generate``."""
+        self._started, self._first, self._last = time.perf_counter(), None, None
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        now = time.perf_counter()
+        self._first = self._first if self._first is not None else now
+        self._last = now
+        return scores
+
+    def stop(self) -> None:
+        """Call right after ``generate``: adds this batch's two phases to the totals."""
+        if self._started is None:
+            raise RuntimeError("DecodeTimer.stop() without start(): call start() right before generate")
+        end = time.perf_counter()
+        first = self._first if self._first is not None else end
+        self.prefill_seconds += first - self._started
+        self.decode_seconds += end - first
+        self.batches += 1
+        self._started = None
+
+
 def _generate(
-    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], config: Any
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    config: Any,
+    timer: DecodeTimer | None = None,
 ) -> list[Generation]:
     """One batch through the chat template, left-padded, in eval mode and inference mode; cut at the first EOS."""
     eos = _eos_ids(model, tokenizer)
@@ -366,9 +411,14 @@ def _generate(
     inputs = inputs.to(model.device)
     was_training = model.training
     model.eval()
+    extra = {"logits_processor": LogitsProcessorList([timer])} if timer is not None else {}
     try:
         with torch.inference_mode():
-            output = model.generate(**inputs, generation_config=config)
+            if timer is not None:
+                timer.start()
+            output = model.generate(**inputs, generation_config=config, **extra)
+            if timer is not None:
+                timer.stop()
     finally:
         model.train(was_training)
     generations = []
@@ -379,19 +429,25 @@ def _generate(
 
 
 def greedy_generate(
-    model: Any, tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], max_new_tokens: int = 256
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    max_new_tokens: int = 256,
+    timer: DecodeTimer | None = None,
 ) -> list[Generation]:
     """The model's greedy (reproducible) reply to each chat, generated as one batch; the course's one generator.
 
     The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
     generation appends on the right, so every prompt must end where the new tokens start). The model is
     put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
-    around the call (``course_utils.cpu_speed.for_generation``).
+    around the call (``course_utils.cpu_speed.for_generation``). A ``DecodeTimer`` splits the time into prefill
+    and decoding.
     """
     _check_conversations(conversations, max_new_tokens)
     if not conversations:
         return []
-    return _generate(model, tokenizer, conversations, _greedy_config(model, max_new_tokens, _pad_id(tokenizer)))
+    config = _greedy_config(model, max_new_tokens, _pad_id(tokenizer))
+    return _generate(model, tokenizer, conversations, config, timer)
 
 
 def _sampling_config(model: Any, max_new_tokens: int, pad_id: int, temperature: float, top_p: float) -> Any:
