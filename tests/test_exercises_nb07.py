@@ -1,32 +1,179 @@
-"""Notebook 07's checks: the variant fields and the noise rule."""
+"""Notebook 07's checks, each tested three ways: the course's solution passes (and 07.1's fields are handed back),
+the learner's stub reads "not answered yet", and plausible wrong answers fail.
+
+The solutions and stubs are the notebook's own cells (``notebook_code.exercise``).
+"""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+from notebook_code import exercise
+
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation import variants
 from course_utils.exercises import nb07_grpo_variants as nb07
 
+PROFILE = get_profile("ci")
 
-def test_value_checks_of_07_accept_the_right_answers_only():
-    assert nb07.check_07_off_policy_field("num_iterations")
-    assert not nb07.check_07_off_policy_field("importance_sampling_level")
-    assert not nb07.check_07_off_policy_field(None)
-    assert nb07.check_07_constant_normaliser("dr_grpo") and nb07.check_07_constant_normaliser("'dr_grpo'")
-    assert not nb07.check_07_constant_normaliser("dapo") and not nb07.check_07_constant_normaliser("bnpo")
+# --- 07.1: DAPO's clip-higher as GRPOConfig fields, judged on the real config ------------------------------
 
 
-def test_check_07_real_difference_compares_with_the_noise_rule(capsys):
-    def right(first, second):
-        if len(first) < 2 or len(second) < 2:
-            return False
-        return min(first) > max(second) or min(second) > max(first)
+def test_the_clip_higher_solution_passes_and_is_handed_back(capsys):
+    solution = exercise("07", "clip_higher")
+    assert nb07.check_07_clip_higher(solution, PROFILE) is solution
+    out = capsys.readouterr().out
+    assert "✅ 07.1 clip-higher as GRPOConfig fields:" in out
+    assert "07.1 clip-higher as GRPOConfig fields: the notebook continues with yours." in out
 
-    def means_only(first, second):  # calls any gap in the means a difference
-        return sum(first) / len(first) != sum(second) / len(second)
 
-    def one_way(first, second):
-        return len(first) > 1 and len(second) > 1 and min(first) > max(second)
+def test_the_clip_higher_stub_reads_not_answered_and_the_package_fields_are_handed_back(capsys):
+    stub = exercise("07", "clip_higher", copy="notebooks")
+    assert stub is None
+    assert nb07.check_07_clip_higher(stub, PROFILE) == variants.VARIANTS["clip_higher"]
+    out = capsys.readouterr().out
+    assert "⏳ 07.1 clip-higher as GRPOConfig fields: not answered yet." in out
+    assert "continues with the package's variants.VARIANTS['clip_higher']." in out
 
-    assert nb07.check_07_real_difference(right)
-    assert not nb07.check_07_real_difference(means_only)
-    assert "[1.0] vs [0.0]" in capsys.readouterr().out
-    assert not nb07.check_07_real_difference(one_way)
-    assert not nb07.check_07_real_difference(...)
+
+RIGHT_CLIP_HIGHER = {
+    "the package's fields": dict(variants.VARIANTS["clip_higher"]),
+    "loss_type left at the profile's": {"num_iterations": 2, "epsilon_high": 0.28},
+    "with log_completions": {"num_iterations": 2, "epsilon_high": 0.28, "log_completions": True},
+    "the defaults written out": {"num_iterations": 2, "epsilon": 0.2, "epsilon_high": 0.28, "scale_rewards": "group"},
+    "another looser upper end": {"loss_type": "dapo", "num_iterations": 2, "epsilon_high": 0.3},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_CLIP_HIGHER))
+def test_sensible_clip_higher_fields_pass(name, capsys):
+    fields = RIGHT_CLIP_HIGHER[name]
+    assert nb07.check_07_clip_higher(fields, PROFILE) is fields
+    assert "✅ 07.1" in capsys.readouterr().out
+
+
+WRONG_CLIP_HIGHER = {  # (fields, what the verdict says)
+    "on-policy": ({"epsilon_high": 0.28}, "num_iterations: yours 1, two_iterations 2: on-policy"),
+    "the symmetric clip widened": ({"num_iterations": 2, "epsilon": 0.28}, "epsilon_high is not set"),
+    "the upper end tighter": ({"num_iterations": 2, "epsilon_high": 0.18}, "epsilon_high 0.18 is not above epsilon"),
+    "the lower end moved too": (
+        {"num_iterations": 2, "epsilon_high": 0.28, "epsilon": 0.1},
+        "epsilon: yours 0.1, two_iterations 0.2: that moves the lower end too",
+    ),
+    "another loss": ({"loss_type": "grpo", "num_iterations": 2, "epsilon_high": 0.28}, "loss_type: yours 'grpo'"),
+    "three iterations": ({"num_iterations": 3, "epsilon_high": 0.28}, "num_iterations: yours 3, two_iterations 2"),
+    "a misspelt field": ({"num_iterations": 2, "epsilon_hi": 0.28}, "GRPOConfig has no field(s) ['epsilon_hi']"),
+    "no clip at all": ({"num_iterations": 2, "epsilon_high": 5.0}, "no clip at all"),
+    "the upper end as text": ({"num_iterations": 2, "epsilon_high": "0.28"}, "not a number"),
+    "a string, not a dict": ("epsilon_high=0.28", "expected a dict of GRPOConfig fields"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG_CLIP_HIGHER))
+def test_wrong_clip_higher_fields_fail_saying_why(mistake, capsys):
+    fields, message = WRONG_CLIP_HIGHER[mistake]
+    assert nb07.check_07_clip_higher(fields, PROFILE) == variants.VARIANTS["clip_higher"]
+    out = capsys.readouterr().out
+    assert "❌ 07.1 clip-higher as GRPOConfig fields: not yet:" in out
+    assert message in out, out
+    assert "continues with the package's variants.VARIANTS['clip_higher']." in out
+
+
+# --- 07.2 and 07.3: values ----------------------------------------------------------------------------------
+
+
+def test_the_value_answers_of_the_solution_pass_and_the_stubs_read_not_answered(capsys):
+    assert nb07.check_07_off_policy_field(exercise("07", "off_policy_field"))
+    assert nb07.check_07_constant_normaliser(exercise("07", "constant_normaliser"))
+    assert not nb07.check_07_off_policy_field(exercise("07", "off_policy_field", copy="notebooks"))
+    assert not nb07.check_07_constant_normaliser(exercise("07", "constant_normaliser", copy="notebooks"))
+    out = capsys.readouterr().out
+    assert "✅ 07.2" in out and "✅ 07.3" in out
+    assert "⏳ 07.2 the off-policy switch: not answered yet" in out and "⏳ 07.3" in out
+
+
+@pytest.mark.parametrize("wrong", ["importance_sampling_level", "steps_per_generation", "epsilon_high", 2])
+def test_07_2_refuses_other_fields(wrong, capsys):
+    assert not nb07.check_07_off_policy_field(wrong)
+    assert "❌ 07.2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", ["dapo", "bnpo", "grpo", "max_completion_length"])
+def test_07_3_refuses_other_losses(wrong, capsys):
+    assert not nb07.check_07_constant_normaliser(wrong)
+    assert "❌ 07.3" in capsys.readouterr().out
+
+
+def test_07_3_accepts_the_name_quoted():
+    assert nb07.check_07_constant_normaliser("'dr_grpo'") and nb07.check_07_constant_normaliser("`dr_grpo`")
+
+
+# --- 07.4: non_overlapping(first, second) -------------------------------------------------------------------
+
+
+def test_the_non_overlapping_solution_passes_and_the_stub_reads_not_answered(capsys):
+    assert nb07.check_07_non_overlapping(exercise("07", "non_overlapping"))
+    assert "✅ 07.4 non-overlapping or noise: same result as the reference" in capsys.readouterr().out
+    assert not nb07.check_07_non_overlapping(exercise("07", "non_overlapping", copy="notebooks"))
+    assert "⏳ 07.4 non-overlapping or noise: not answered yet" in capsys.readouterr().out
+
+
+def with_numpy(first, second):  # numpy's bool is a verdict too
+    if len(first) < 2 or len(second) < 2:
+        return False
+    a, b = np.asarray(first), np.asarray(second)
+    return a.min() > b.max() or b.min() > a.max()
+
+
+def test_a_numpy_verdict_passes():
+    assert nb07.check_07_non_overlapping(with_numpy)
+
+
+def as_numbers(first, second):  # 1 and 0: equal to True and False, but not a verdict
+    if len(first) < 2 or len(second) < 2:
+        return 0
+    return int(min(first) > max(second) or min(second) > max(first))
+
+
+def ties_count(first, second):  # `>=`: a shared value counts as no overlap
+    if len(first) < 2 or len(second) < 2:
+        return False
+    return min(first) >= max(second) or min(second) >= max(first)
+
+
+def one_seed_counts(first, second):  # forgets that one seed says nothing
+    return min(first) > max(second) or min(second) > max(first)
+
+
+def one_way(first, second):  # only "first beats second"
+    return len(first) > 1 and len(second) > 1 and min(first) > max(second)
+
+
+def means_differ(first, second):  # any gap in the means
+    return sum(first) / len(first) != sum(second) / len(second)
+
+
+def gap_beats_spread(first, second):  # the gap of the means beats the larger spread: not the seeds' order
+    if len(first) < 2 or len(second) < 2:
+        return False
+    spread = max(max(first) - min(first), max(second) - min(second))
+    return abs(sum(first) / len(first) - sum(second) / len(second)) > spread
+
+
+WRONG_NON_OVERLAPPING = {
+    "1 and 0 for True and False": (as_numbers, "the reference returns True, yours returns 1"),
+    ">= lets a tie through": (ties_count, "[0.5, 0.6] vs [0.6, 0.7]"),
+    "one seed counted": (one_seed_counts, "[1.0] vs [0.0]"),
+    "one direction only": (one_way, "[0.4, 0.5] vs [0.9, 1.0]"),
+    "means that differ": (means_differ, "[0.4, 0.9] vs [0.5, 0.6]"),
+    "mean gap over the spread": (gap_beats_spread, "[0.0, 1.0] vs [1.01, 1.02]"),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(WRONG_NON_OVERLAPPING))
+def test_a_wrong_non_overlapping_fails_with_the_case_named(mistake, capsys):
+    wrong, case = WRONG_NON_OVERLAPPING[mistake]
+    assert not nb07.check_07_non_overlapping(wrong)
+    out = capsys.readouterr().out
+    assert "❌ 07.4 non-overlapping or noise: differs from the reference" in out
+    assert case in out, out

@@ -1,11 +1,24 @@
-"""Notebook 03 (reward functions): the five corrected rewards and the learner's own, called as TRL calls them."""
+"""Notebook 03 (reward functions): the five corrected rewards and the learner's own, called as TRL calls them.
+
+The exercises, in the notebook's order: 03.1 ``correctness_reward_func``, 03.2 ``int_reward_func``,
+03.3 ``strict_format_reward_func``, 03.4 ``soft_format_reward_func``, 03.5 ``xmlcount_reward_func`` (each run
+next to ``course_utils.lesson.rewards``' corrected version on real GSM8K solutions, the sample bank and edge
+cases), then at the end 03.6 and 03.7 (values) and 03.8, a reward of the learner's own, judged on TRL's
+contract alone. The reward checks hand back what the notebook continues with: the learner's function when
+it passed, else the package's.
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+import numbers
+import re
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 from transformers import TrainerState
 
 from course_utils.core.answer_format import format_answer
@@ -14,10 +27,11 @@ from course_utils.exercises.comparison import (
     check_against_reference,
     close_to,
     dataset_rows,
+    hand_back,
     not_a_function,
     real_row_indices,
     report,
-    same_values,
+    short_repr,
 )
 from course_utils.lesson import rewards
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
@@ -25,12 +39,48 @@ from course_utils.lesson.grpo import trl_reward_values
 from course_utils.lesson.rewards import classic
 from course_utils.lesson.widgets import SAMPLE_BANK
 
+CORRECTNESS = "03.1 correctness_reward_func"
+INT = "03.2 int_reward_func"
+STRICT_FORMAT = "03.3 strict_format_reward_func"
+SOFT_FORMAT = "03.4 soft_format_reward_func"
+XMLCOUNT = "03.5 xmlcount_reward_func"
+CLASSIC_COMMA = "03.6 classic correctness on 1,000"
+DOTALL_FLAG = "03.7 regex flag"
+OWN_REWARD = "03.8 your own reward"
+
+# Hints point the way in words; the notebook shows the same ones, collapsed.
+CORRECTNESS_HINT = (
+    "read every completion's text with completion_texts, take its last answer block with extract_xml_answer, "
+    "and let answers_match compare it with the gold answer at the same position (zip strictly)"
+)
+INT_HINT = (
+    "plain_number reads the answer block as a Decimal, or None when it is not a number; a whole number is one "
+    "that equals its integral value (Decimal has a method for that); None earns nothing"
+)
+STRICT_FORMAT_HINT = (
+    "allow one final newline, demand each of the four tags exactly once, the right start and end, and one "
+    "separator between the blocks (str.partition); reasoning and answer must not be blank"
+)
+SOFT_FORMAT_HINT = (
+    "strip the text first; it starts with the reasoning tag; split what follows at the first closing reasoning "
+    "tag (str.partition); the rest, stripped on the left, opens the answer block and closes it later"
+)
+XMLCOUNT_HINT = (
+    "a tag counts when it appears once, alone on its line, and after the tag before it; the penalty counts only "
+    "non-space characters after the last closing answer tag (str.rpartition), and stops at 0.5"
+)
+OWN_REWARD_HINT = (
+    "take completions and **kwargs, read the texts with completion_texts, and build one number per completion "
+    "in a list; junk completions read as empty text, so score that instead of failing"
+)
+
 
 def _conversation(text: Any) -> list[dict[str, Any]]:
     """A completion as TRL passes it for a conversational dataset: one assistant message."""
     return [{"role": "assistant", "content": text}]
 
 
+ASIDE = "Let me check that again. " * 9  # over 200 characters: too long to be one answer
 # (label, completion text, gold answer): the cases the classic rewards get wrong, and what a model can emit
 EDGE_TEXTS: tuple[tuple[str, str | None, str], ...] = (
     ("negative answer", format_answer("5 - 8 = -3", "-3"), "-3"),
@@ -42,24 +92,37 @@ EDGE_TEXTS: tuple[tuple[str, str | None, str], ...] = (
     ("answer $1,000", format_answer("40 * 25 = 1000", "$1,000"), "1000"),
     ("answer with a unit", format_answer("40 * 25 = 1000", "1000 pencils"), "1000"),
     ("two answer blocks", "<answer>\n5\n</answer> wait, no:\n<answer>\n1000\n</answer>", "1000"),
+    ("corrected after a long aside", f"<answer>\n5\n</answer>\n{ASIDE}\n<answer>\n1000\n</answer>", "1000"),
     ("spaces before the tags", "  " + format_answer("40 * 25 = 1000", "1000"), "1000"),
     ("every tag twice", format_answer("a", "1") + "\n" + format_answer("b", "1000"), "1000"),
     ("empty reasoning", format_answer("", "1000"), "1000"),
     ("tags in the wrong order", "<answer>\n1000\n</answer>\n<reasoning>\n40 * 25\n</reasoning>", "1000"),
     ("closing tag twice inside", "<reasoning>a</reasoning> b </reasoning>\n<answer>1000</answer>", "1000"),
     ("a long line of tags", "<reasoning></reasoning><answer>" * 200, "1000"),
+    ("600 characters after </answer>", format_answer("40 * 25 = 1000", "1000") + "\n" + "x" * 600, "1000"),
     ("empty completion", "", "1000"),
     ("a message whose content is None", None, "1000"),
 )
-REWARD_EDGE_CASES: tuple[tuple[str, Any, str], ...] = (
+EDGE_CASES: tuple[tuple[str, Any, str], ...] = (
     *[(label, _conversation(text), gold) for label, text, gold in EDGE_TEXTS],
     ("plain text, not a conversation", format_answer("40 * 25 = 1000", "1000"), "1000"),
     ("no completion at all (None)", None, "1000"),
 )
 
 
+def _log_extra(column: str, values: list[Any]) -> None:
+    """Stands in for ``GRPOTrainer._log_completion_extra`` (a column of the completions table)."""
+
+
+def _log_metric(name: str, value: float) -> None:
+    """Stands in for ``GRPOTrainer._log_metric`` (a scalar logged next to ``reward``)."""
+
+
 def trl_reward_kwargs(completions: Sequence[Any], answers: Sequence[str], reasoning: Sequence[str]) -> dict[str, Any]:
-    """The keyword arguments ``GRPOTrainer`` gives a reward function for a batch (see ``_calculate_rewards``)."""
+    """The keyword arguments ``GRPOTrainer._calculate_rewards`` gives a reward function for a batch (TRL 1.16).
+
+    ``environments`` is left out: TRL passes it only to trainers built with an ``environment_factory``.
+    """
     texts = [rewards.completion_text(c) for c in completions]
     return {
         "prompts": [build_prompt("A GSM8K question?") for _ in completions],
@@ -68,6 +131,8 @@ def trl_reward_kwargs(completions: Sequence[Any], answers: Sequence[str], reason
         "answer": list(answers),
         "reasoning": list(reasoning),
         "trainer_state": TrainerState(global_step=1, max_steps=10),
+        "log_extra": _log_extra,
+        "log_metric": _log_metric,
     }
 
 
@@ -93,94 +158,92 @@ def _variants(reasoning: str, gold: str) -> list[tuple[str, str]]:
 
 
 def reward_cases(dataset: Any) -> list[Case]:
-    """Real GSM8K solutions written the ways a model writes them, the sample bank of notebook 03, and edge cases."""
-    cases = []
+    """Edge cases, the sample bank of notebook 03, and real GSM8K solutions written the ways a model writes them.
+
+    In that order, so the first differences a verdict shows name the mistake ("two answer blocks"), and the
+    real rows then show it on GSM8K itself.
+    """
+    cases = [_reward_case(f"{label} (gold {gold!r})", completion, gold) for label, completion, gold in EDGE_CASES]
+    for sample in SAMPLE_BANK:
+        label = f"sample '{sample.label}' (gold {sample.answer!r})"
+        cases.append(_reward_case(label, _conversation(sample.completion), sample.answer))
     indices = real_row_indices(dataset, count=8)
     for index, row in zip(indices, dataset_rows(dataset, indices), strict=True):
         gold, reasoning = extract_hash_answer(row["answer"]), extract_reasoning(row["answer"])
         for label, text in _variants(reasoning, gold):
             cases.append(_reward_case(f"row {index}, {label} (gold {gold!r})", _conversation(text), gold, reasoning))
-    for sample in SAMPLE_BANK:
-        label = f"sample '{sample.label}' (gold {sample.answer!r})"
-        cases.append(_reward_case(label, _conversation(sample.completion), sample.answer))
-    for label, completion, gold in REWARD_EDGE_CASES:
-        cases.append(_reward_case(f"{label} (gold {gold!r})", completion, gold))
     return cases
 
 
 def _called_like_trl(function: Callable[..., Any]) -> Callable[[dict[str, Any]], Any]:
-    """``function(**kwargs)``: how ``GRPOTrainer`` calls a reward (keywords only, extra columns included)."""
-    return lambda kwargs: function(**kwargs)
+    """``function(**kwargs)``: how ``GRPOTrainer`` calls a reward (keywords only, extra columns included).
+
+    ``functools.wraps`` keeps the learner's name and module on the wrapper, so the comparison reports the
+    learner's function as theirs.
+    """
+
+    @functools.wraps(function)
+    def call(kwargs: dict[str, Any]) -> Any:
+        return function(**kwargs)
+
+    return call
 
 
-def _check_reward(exercise: str, learner: Any, reference: Callable[..., Any], dataset: Any, hint: str) -> bool:
-    if not_a_function(exercise, learner, hint):
-        return False
-    return check_against_reference(
+def _check_reward(exercise: str, learner: Any, reference: Callable[..., Any], dataset: Any, hint: str) -> Any:
+    """Run the learner's reward next to the reference on every case; hand back the one the notebook continues with."""
+    passed = not not_a_function(exercise, learner, hint) and check_against_reference(
         exercise, _called_like_trl(learner), _called_like_trl(reference), reward_cases(dataset), hint=hint
     )
+    return hand_back(exercise, passed, learner, reference, f"rewards.{reference.__name__}")
 
 
-def check_03_correctness(learner: Any, dataset: Any) -> bool:
-    """The learner's corrected ``correctness_reward_func`` against ``lesson.rewards``' on real and edge cases."""
-    hint = "for each text of completion_texts(completions): 2.0 if answers_match(extract_xml_answer(text), gold)"
-    return _check_reward("03 correctness_reward_func", learner, rewards.correctness_reward_func, dataset, hint)
+def check_03_correctness(learner: Any, dataset: Any) -> Any:
+    """03.1: the learner's corrected ``correctness_reward_func``; hands back theirs or ``rewards``'."""
+    return _check_reward(CORRECTNESS, learner, rewards.correctness_reward_func, dataset, CORRECTNESS_HINT)
 
 
-def check_03_int(learner: Any, dataset: Any) -> bool:
-    """The learner's corrected ``int_reward_func``: 0.5 when the answer block parses to a whole number."""
-    hint = "n = plain_number(extract_xml_answer(text)); 0.5 if n is not None and n == n.to_integral_value()"
-    return _check_reward("03 int_reward_func", learner, rewards.int_reward_func, dataset, hint)
+def check_03_int(learner: Any, dataset: Any) -> Any:
+    """03.2: the learner's corrected ``int_reward_func`` (0.5 for a whole number); hands back theirs or ``rewards``'."""
+    return _check_reward(INT, learner, rewards.int_reward_func, dataset, INT_HINT)
 
 
-def check_03_strict_format(learner: Any, dataset: Any) -> bool:
-    """The learner's corrected ``strict_format_reward_func``: the exact layout, multi-line reasoning allowed."""
-    hint = (
-        "drop one final newline; each tag exactly once; starts '<reasoning>\\n', ends '\\n</answer>'; "
-        "'\\n</reasoning>\\n<answer>\\n' between a non-blank reasoning and a non-blank answer"
-    )
-    return _check_reward("03 strict_format_reward_func", learner, rewards.strict_format_reward_func, dataset, hint)
+def check_03_strict_format(learner: Any, dataset: Any) -> Any:
+    """03.3: the learner's corrected ``strict_format_reward_func``; hands back theirs or ``rewards``'."""
+    return _check_reward(STRICT_FORMAT, learner, rewards.strict_format_reward_func, dataset, STRICT_FORMAT_HINT)
 
 
-def check_03_soft_format(learner: Any, dataset: Any) -> bool:
-    """The learner's corrected ``soft_format_reward_func``: a reasoning block, then an answer block, any spacing."""
-    hint = (
-        "strip the text; it starts with <reasoning>; after the first </reasoning> (and any spaces) comes "
-        "<answer>, and a </answer> follows"
-    )
-    return _check_reward("03 soft_format_reward_func", learner, rewards.soft_format_reward_func, dataset, hint)
+def check_03_soft_format(learner: Any, dataset: Any) -> Any:
+    """03.4: the learner's corrected ``soft_format_reward_func``; hands back theirs or ``rewards``'."""
+    return _check_reward(SOFT_FORMAT, learner, rewards.soft_format_reward_func, dataset, SOFT_FORMAT_HINT)
 
 
-def check_03_xmlcount(learner: Any, dataset: Any) -> bool:
-    """The learner's corrected ``xmlcount_reward_func``: 0.125 per tag alone on its line, minus trailing text."""
-    hint = (
-        "0.125 per tag that appears once, alone on its line, after the tag before it; then minus "
-        "0.001 per non-space character after the last </answer>, at most 0.5"
-    )
-    return _check_reward("03 xmlcount_reward_func", learner, rewards.xmlcount_reward_func, dataset, hint)
+def check_03_xmlcount(learner: Any, dataset: Any) -> Any:
+    """03.5: the learner's corrected ``xmlcount_reward_func``; hands back theirs or ``rewards``'."""
+    return _check_reward(XMLCOUNT, learner, rewards.xmlcount_reward_func, dataset, XMLCOUNT_HINT)
+
+
+# --- the end of the notebook: two values and a reward of the learner's own ----------------------------------
 
 
 def check_03_classic_comma(answer: Any) -> bool:
-    """What does the classic correctness reward give '<answer>\\n1,000\\n</answer>' when the gold is '1000'?"""
+    """03.6: what does the classic correctness reward give '<answer>\\n1,000\\n</answer>' when the gold is '1000'?"""
     completion = [{"role": "assistant", "content": "<answer>\n1,000\n</answer>"}]
     expected = classic.correctness_reward_func(None, [completion], ["1000"])[0]
-    return report(
-        "03.1 classic correctness on 1,000",
-        close_to(answer, expected),
-        "the classic version compares strings with ==",
-        answer,
-    )
+    hint = "the classic version compares the two strings with ==; is '1,000' the same string as '1000'?"
+    return report(CLASSIC_COMMA, close_to(answer, expected), hint, answer)
 
 
 def check_03_dotall_flag(answer: Any) -> bool:
-    """Which flag of Python's ``re`` module lets ``.`` match a newline?"""
-    text = str(answer).strip().removeprefix("re.") if isinstance(answer, str) else ""
-    hint = "look for the flag named after 'dot' in the re docs"
-    return report("03.2 regex flag", text in {"DOTALL", "S"}, hint, answer)
+    """03.7: which flag of Python's ``re`` module lets ``.`` match a newline? (a name, or the flag itself)"""
+    if isinstance(answer, re.RegexFlag):
+        right = answer == re.DOTALL
+    else:
+        right = isinstance(answer, str) and answer.strip().strip("`'\"").removeprefix("re.") in {"DOTALL", "S"}
+    return report(DOTALL_FLAG, right, "look for the flag named after the dot in the re module's docs", answer)
 
 
 def repetition_penalty_reference(completions: Any, **kwargs: Any) -> list[float]:
-    """Exercise 03.3's reference: minus the share of a completion's non-blank lines that repeat an earlier line."""
+    """03.8's example: minus the share of a completion's non-blank lines that repeat an earlier line."""
     scores = []
     for text in rewards.completion_texts(completions):
         lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -194,60 +257,115 @@ def _looping(reasoning: str, times: int) -> str:
     return "<reasoning>\n" + "\n".join([first] * times)
 
 
-def own_reward_cases(dataset: Any) -> list[Case]:
-    """Sample completions (the bank, real solutions, loops a small model falls into) and edge cases."""
-    cases = [case for case in reward_cases(dataset) if not case.label.startswith("row ")]
-    indices = real_row_indices(dataset, count=6)
-    for index, row in zip(indices, dataset_rows(dataset, indices), strict=True):
+# What a reward meets beyond model text: nothing, an empty message, a number, 80 kB of tags, a message without content
+JUNK = (None, "", _conversation(None), 42, "<answer>" * 10_000, [{"role": "assistant"}], ["not a message"])
+
+
+def contract_batches(dataset: Any) -> dict[str, list[Any]]:
+    """Batches a reward meets in training, by name: the sample bank, real solutions and loops, one alone, junk."""
+    indices = real_row_indices(dataset, count=6)[:6]
+    real = []
+    for row in dataset_rows(dataset, indices):
         gold, reasoning = extract_hash_answer(row["answer"]), extract_reasoning(row["answer"])
-        for label, text in (
-            ("solution", format_answer(reasoning, gold)),
-            ("first line 3 times", _looping(reasoning, 3)),
-            ("first line 12 times", _looping(reasoning, 12)),
-            ("solution written twice", format_answer(reasoning + "\n" + reasoning, gold)),
-        ):
-            cases.append(_reward_case(f"row {index}, {label}", _conversation(text), gold, reasoning))
-    for label, text in (
-        ("blank lines only", "\n \n\t\n"),
-        ("same line, different indentation", "  x = 1\nx = 1  \n"),
-        ("one line", "42"),
-    ):
-        cases.append(_reward_case(label, _conversation(text), "42"))
-    return cases
+        real += [format_answer(reasoning, gold), _looping(reasoning, 3), _looping(reasoning, 12)]
+    samples = [sample.completion for sample in SAMPLE_BANK]
+    return {
+        "the sample bank": [_conversation(text) for text in samples],
+        "real solutions and loops": [_conversation(text) for text in real],
+        "plain-text completions": samples,
+        "a batch of one": [_conversation(samples[0])],
+        "junk completions": list(JUNK),
+    }
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why one reward is not what TRL can use (None is: it means "does not apply"), or None when it is."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, numbers.Real):
+        return f"{short_repr(value)} is a {type(value).__name__}, not a float"
+    if not math.isfinite(value):
+        return f"{value} is not a finite number (return None where the reward does not apply)"
+    return None
+
+
+def _batch_problem(name: str, completions: list[Any], learner: Callable[..., Any]) -> tuple[str | None, list[Any]]:
+    """Call the learner as TRL does on one batch: ``(what is wrong or None, the rewards)``."""
+    kwargs = trl_reward_kwargs(completions, ["1000"] * len(completions), [""] * len(completions))
+    try:
+        values = learner(**kwargs)
+    except NotImplementedError:
+        raise  # a stub: "not answered yet", not a wrong answer
+    except Exception as error:  # the learner's bug is a verdict, never a crash
+        return f"{name}: raises {type(error).__name__}: {' '.join(str(error).split())[:80]}", []
+    if not (isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.ndim == 1)):
+        kind = "a single number" if isinstance(values, numbers.Number) else f"a {type(values).__name__}"
+        return f"{name}: returns {kind}, not a list with one reward per completion", []
+    if len(values) != len(completions):
+        return f"{name}: {len(values)} reward(s) for {len(completions)} completion(s)", []
+    bad = next((f"reward {i}: {why}" for i, v in enumerate(values) if (why := _value_problem(v))), None)
+    return (f"{name}: {bad}" if bad else None), values
+
+
+def _shown_values(values: set[float]) -> str:
+    return ", ".join(f"{v:g}" for v in sorted(values)) or "None for all"
+
+
+def contract_problems(learner: Callable[..., Any], dataset: Any) -> list[str]:
+    """What in the learner's reward breaks TRL's contract or teaches nothing, in words; empty when nothing does."""
+    problems, seen = [], set()
+    for name, completions in contract_batches(dataset).items():
+        problem, values = _batch_problem(name, completions, learner)
+        if problem:
+            problems.append(problem)
+        elif name != "junk completions":
+            seen |= {float(v) for v in values if v is not None}
+    if not problems and len(seen) < 2:
+        problems.append(
+            f"it gives every completion the same reward ({_shown_values(seen)}): in every group the advantages "
+            "are then 0, and the reward teaches nothing"
+        )
+    return problems
 
 
 def _through_trl(learner: Callable[..., Any], dataset: Any) -> str | None:
-    """Run the learner's reward inside ``GRPOTrainer._calculate_rewards``; a problem in words, or None."""
-    indices = real_row_indices(dataset, count=4)[:4]
-    rows = dataset_rows(dataset, indices)
+    """Run the learner's reward inside the installed TRL's ``GRPOTrainer._calculate_rewards``; a problem, or None."""
+    rows = dataset_rows(dataset, real_row_indices(dataset, count=4)[:4])
     reasonings = [extract_reasoning(row["answer"]) for row in rows]
     golds = [extract_hash_answer(row["answer"]) for row in rows]
     completions = [_conversation(_looping(r, 1 + i)) for i, r in enumerate(reasonings)]
     prompts = [build_prompt(row["question"]) for row in rows]
     try:
-        got = trl_reward_values(learner, prompts, completions, answer=golds, reasoning=reasonings)
-    except Exception as error:  # the learner's bug, reported as TRL reports it
-        return f"GRPOTrainer could not use it: {type(error).__name__}: {error}"
-    expected = repetition_penalty_reference(completions)
-    if not same_values(expected, got):
-        return f"inside GRPOTrainer it gave {got}, the reference {expected}"
+        trl_reward_values(learner, prompts, completions, answer=golds, reasoning=reasonings)
+    except Exception as error:  # TRL's own error (a wrong length, say) or the learner's, reported as it reads
+        return f"GRPOTrainer could not use it: {type(error).__name__}: {' '.join(str(error).split())[:120]}"
     return None
 
 
-def check_03_own_reward(learner: Any, dataset: Any) -> bool:
-    """Exercise 03.3: a repetition penalty, on sample completions and then called by TRL's own reward code."""
-    hint = (
-        "def f(completions, **kwargs): for each text of completion_texts(completions), the non-blank lines "
-        "stripped; return -(repeats / lines), 0.0 when there are no lines"
-    )
-    if not_a_function("03.3 your reward", learner, hint):
-        return False
-    reference, cases = _called_like_trl(repetition_penalty_reference), own_reward_cases(dataset)
-    if not check_against_reference("03.3 your reward", _called_like_trl(learner), reference, cases, hint=hint):
-        return False
-    problem = _through_trl(learner, dataset)
-    if problem:
-        print(f"❌ 03.3 your reward through GRPOTrainer: {problem}. Hint: {hint}")
-        return False
-    print("✅ 03.3 your reward through GRPOTrainer: TRL called it and got the reference's rewards.")
-    return True
+def check_03_own_reward(learner: Any, dataset: Any) -> Any:
+    """03.8: a reward of the learner's own, judged on TRL's contract; hands back theirs or the course's example.
+
+    Called with every keyword TRL passes, on the sample bank, real solutions, plain text, a batch of one and
+    junk, it must return a list with one number (or None) per completion, never raise, and tell the sample
+    completions apart; then the installed TRL's ``GRPOTrainer`` runs it in its own reward code.
+    """
+    reference, name = repetition_penalty_reference, "repetition_penalty_reference (the course's example)"
+    if not_a_function(OWN_REWARD, learner, OWN_REWARD_HINT):
+        return hand_back(OWN_REWARD, False, learner, reference, name)
+    try:
+        problems = contract_problems(learner, dataset) or [p for p in [_through_trl(learner, dataset)] if p]
+    except NotImplementedError:
+        report(OWN_REWARD, False, OWN_REWARD_HINT, None)
+        return hand_back(OWN_REWARD, False, learner, reference, name)
+    if problems:
+        print(f"❌ {OWN_REWARD}: not yet:")
+        for problem in problems[:4]:
+            print(f"   - {problem}")
+        print(f"   Hint: {OWN_REWARD_HINT}")
+    else:
+        batches = len(contract_batches(dataset))
+        print(
+            f"✅ {OWN_REWARD}: one number per completion on all {batches} batches (junk included), different "
+            "rewards for different completions, and GRPOTrainer's own reward code ran it."
+        )
+    return hand_back(OWN_REWARD, not problems, learner, reference, name)

@@ -1,45 +1,162 @@
-"""Notebook 07 (GRPO variants): the off-policy switch, the length-unbiased loss, a difference or noise."""
+"""Notebook 07 (GRPO variants): one variant written as ``GRPOConfig`` fields, and the noise rule.
+
+The exercises, in the notebook's order: 07.1 DAPO's clip-higher as ``GRPOConfig`` fields (judged on the real
+config it makes, next to the ``two_iterations`` run it is compared with; hands back the learner's fields or
+``variants.VARIANTS["clip_higher"]``), then at the end 07.2 and 07.3 (values) and 07.4 ``non_overlapping``.
+"""
 
 from __future__ import annotations
 
+import numbers
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from course_utils.evaluation.variants import real_difference
-from course_utils.exercises.comparison import Case, check_against_reference, report
+import numpy as np
+
+from course_utils.core.profiles import Profile
+from course_utils.evaluation.variants import real_difference, variant_fields
+from course_utils.exercises.comparison import Case, check_against_reference, hand_back, report, shown
+from course_utils.training.run import make_grpo_config
+
+CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"
+OFF_POLICY_FIELD = "07.2 the off-policy switch"
+CONSTANT_NORMALISER = "07.3 the length-unbiased constant"
+NON_OVERLAPPING = "07.4 non-overlapping or noise"
+
+# The run clip-higher is compared with: the same off-policy updates, the symmetric clip.
+COMPARED_WITH = "two_iterations"
+# Fields that change what is logged or saved, never what is trained: any value passes.
+LOGGING_PREFIXES = ("log", "report_to", "run_name", "output_dir", "save_", "num_completions_to_print", "push_to_hub")
+LOGGING_PREFIXES += ("hub_", "disable_tqdm")
+# The largest upper bound that is still a clip: the ratio may grow to 1 + epsilon_high.
+MAX_EPSILON_HIGH = 1.0
+
+CLIP_HIGHER_HINT = (
+    "clip-higher loosens only the upper end of the ratio's clip range (TRL has a field for that end alone); "
+    "everything else stays as in the two_iterations run, which is off-policy: on-policy nothing is ever clipped"
+)
+OFF_POLICY_HINT = "on-policy every ratio is 1; the field that reuses each generation batch for several updates (μ)"
+CONSTANT_HINT = "the variant named after the paper that diagnosed GRPO's length bias (read TRL's loss_type help)"
+NON_OVERLAPPING_HINT = (
+    "every seed of one variant beats every seed of the other (strictly: a tie overlaps), in either direction; "
+    "fewer than 2 seeds on a side says nothing; return a bool, True or False"
+)
+
+
+def _trains_the_same(field: str) -> bool:
+    return field.startswith(LOGGING_PREFIXES)
+
+
+def _field_reason(field: str, yours: Any, theirs: Any) -> str:
+    """Why a field that differs from the two_iterations run makes the comparison about something else."""
+    if field == "num_iterations":
+        why = (
+            "on-policy (1) the ratio is 1 and nothing is ever clipped"
+            if yours == 1
+            else f"{COMPARED_WITH} reuses each batch {theirs} times; the comparison must differ in the clip only"
+        )
+    elif field == "epsilon":
+        why = "that moves the lower end too; clip-higher raises the upper end only"
+    else:
+        why = f"it changes training beyond the clip, so the comparison with {COMPARED_WITH} would not isolate it"
+    return f"{field}: yours {shown(yours)}, {COMPARED_WITH} {shown(theirs)}: {why}"
+
+
+def _clip_problems(config: Any) -> list[str]:
+    """What keeps the config's clip range from being clip-higher, in words."""
+    epsilon, high = config.epsilon, config.epsilon_high
+    if high is None:
+        return [f"epsilon_high is not set, so the upper end is epsilon ({epsilon}): the clip is symmetric"]
+    if isinstance(high, bool) or not isinstance(high, numbers.Real):
+        return [f"epsilon_high is {shown(high)}, not a number"]
+    if high <= epsilon:
+        return [f"epsilon_high {high} is not above epsilon {epsilon}: the upper end is no looser than the lower"]
+    if high > MAX_EPSILON_HIGH:
+        return [f"epsilon_high {high}: a ratio may grow {1 + high:g} times before clipping, which is no clip at all"]
+    return []
+
+
+def clip_higher_problems(fields: Any, profile: Profile | str | None = None) -> list[str]:
+    """What keeps ``fields`` from being DAPO's clip-higher next to ``two_iterations``; empty when nothing does.
+
+    Judged on the real ``GRPOConfig`` (``make_grpo_config``): the fields exist, the upper clip is looser
+    than the lower, and every other field that changes training is as in the ``two_iterations`` run.
+    """
+    if not isinstance(fields, Mapping):
+        return [f"expected a dict of GRPOConfig fields, got {type(fields).__name__} {shown(fields)}"]
+    folder = Path(tempfile.gettempdir()) / "07-clip-higher-check"
+    try:
+        config = make_grpo_config(profile, folder, **dict(fields))
+        baseline = make_grpo_config(profile, folder, **variant_fields(COMPARED_WITH))
+    except Exception as error:  # an unknown field or a value GRPOConfig refuses: the learner's mistake, in words
+        return [f"GRPOConfig refuses it: {type(error).__name__}: {' '.join(str(error).split())[:160]}"]
+    yours, theirs = config.to_dict(), baseline.to_dict()
+    differing = [f for f in theirs if f != "epsilon_high" and not _trains_the_same(f) and yours[f] != theirs[f]]
+    return _clip_problems(config) + [_field_reason(f, yours[f], theirs[f]) for f in differing]
+
+
+def check_07_clip_higher(fields: Any, profile: Profile | str | None = None) -> Any:
+    """07.1: the learner's clip-higher fields, on the real ``GRPOConfig``; hands back theirs or the package's."""
+    reference, name = variant_fields("clip_higher"), "variants.VARIANTS['clip_higher']"
+    if fields is None or fields is Ellipsis:
+        report(CLIP_HIGHER, False, CLIP_HIGHER_HINT, None)
+        return hand_back(CLIP_HIGHER, False, fields, reference, name)
+    try:
+        problems = clip_higher_problems(fields, profile)
+    except Exception as error:  # a value no comparison can read: a verdict, never a crash
+        problems = [f"could not be read: {type(error).__name__}: {' '.join(str(error).split())[:120]}"]
+    if problems:
+        print(f"❌ {CLIP_HIGHER}: not yet:")
+        for problem in problems[:4]:
+            print(f"   - {problem}")
+        print(f"   Hint: {CLIP_HIGHER_HINT}")
+    else:
+        print(f"✅ {CLIP_HIGHER}: a looser upper clip, off-policy, and otherwise the {COMPARED_WITH} run.")
+    return hand_back(CLIP_HIGHER, not problems, fields, reference, name)
+
+
+def _name(answer: Any) -> str:
+    return answer.strip().strip("`'\"") if isinstance(answer, str) else ""
 
 
 def check_07_off_policy_field(answer: Any) -> bool:
-    """Which ``GRPOConfig`` field, set to 2, makes GSPO's sequence ratio (and clip-higher) change anything?"""
-    text = answer.strip().strip("`'\"") if isinstance(answer, str) else ""
-    hint = "on-policy every ratio is 1; the field that reuses each generation batch for several updates (μ)"
-    return report("07.1 the off-policy switch", text == "num_iterations", hint, answer)
+    """07.2: which ``GRPOConfig`` field, set to 2, makes GSPO's sequence ratio (and clip-higher) change anything?"""
+    return report(OFF_POLICY_FIELD, _name(answer) == "num_iterations", OFF_POLICY_HINT, answer)
 
 
 def check_07_constant_normaliser(answer: Any) -> bool:
-    """Which ``loss_type`` divides the summed token losses by a constant (``max_completion_length``), not a count?"""
-    text = answer.strip().strip("`'\"") if isinstance(answer, str) else ""
-    hint = "the variant named after the paper that diagnosed GRPO's length bias (read TRL's loss_type help)"
-    return report("07.2 the length-unbiased constant", text == "dr_grpo", hint, answer)
+    """07.3: which ``loss_type`` divides the summed token losses by a constant (``max_completion_length``)?"""
+    return report(CONSTANT_NORMALISER, _name(answer) == "dr_grpo", CONSTANT_HINT, answer)
 
 
 def difference_cases() -> list[Case]:
-    """Per-seed values of two variants: clear gaps, overlaps, ties, single seeds (no verdict from one seed)."""
+    """Per-seed values of two variants: clear gaps both ways, overlaps, ties, single seeds, three seeds."""
     pairs = [
         ([0.9, 1.0], [0.4, 0.5]),
         ([0.4, 0.5], [0.9, 1.0]),
         ([0.4, 0.9], [0.5, 0.6]),
         ([0.5, 0.6], [0.6, 0.7]),
+        ([0.6, 0.7], [0.5, 0.6]),
         ([0.5, 0.5], [0.5, 0.5]),
         ([1.0], [0.0]),
+        ([1.0, 1.1], [0.0]),
         ([0.1, 0.2, 0.3], [0.31, 0.5, 0.4]),
+        ([0.1, 0.2, 0.35], [0.31, 0.5, 0.4]),
         ([0.02, 0.0], [0.04, 0.06]),
+        ([0.0, 1.0], [1.01, 1.02]),
     ]
     return [Case(f"{a} vs {b}", (a, b)) for a, b in pairs]
 
 
-def check_07_real_difference(learner: Any) -> bool:
-    """The learner's ``is_real(first, second)``: do two variants' seeds not overlap (at least 2 seeds each)?"""
-    hint = "a difference is real only when every seed of one variant beats every seed of the other (2+ seeds each)"
+def same_verdict(expected: bool, got: Any) -> bool:
+    """A verdict is a bool (numpy's too): ``1`` for True is a number, not an answer to "is it non-overlapping?"."""
+    return isinstance(got, (bool, np.bool_)) and bool(got) == expected
+
+
+def check_07_non_overlapping(learner: Any) -> bool:
+    """07.4: the learner's ``non_overlapping(first, second)`` against the course's noise rule."""
     return check_against_reference(
-        "07.3 difference or noise", learner, real_difference, difference_cases(), hint=hint, same=lambda a, b: a == b
+        NON_OVERLAPPING, learner, real_difference, difference_cases(), hint=NON_OVERLAPPING_HINT, same=same_verdict
     )
