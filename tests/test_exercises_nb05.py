@@ -1,88 +1,268 @@
-"""Notebook 05's checks: the Wilson interval, the problems needed, the checker, the lenient reader."""
+"""Notebook 05's checks, three ways each: the course's solution passes, the learner's stub reads "not answered
+yet" (and the notebook continues with the package's function), and plausible wrong answers fail.
+
+The solutions and stubs are the notebooks' own cells (``tests/notebook_code.exercise``). 05.1 is the evaluation
+loop (run on the offline model, so ``slow``); 05.2-05.4 are values; 05.5 is the lenient reader ``last_number``,
+with the issue's wrong answer that splits on whitespace and loses every number glued to a tag.
+"""
 
 from __future__ import annotations
 
 import re
+from statistics import NormalDist
 
 import pytest
 import torch
+from datasets import Dataset
+from notebook_code import exercise
 
+from course_utils.evaluation.metrics import last_number as package_last_number
 from course_utils.exercises import nb05_evaluate as nb05
-from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.rewards import answers_match, extract_xml_answer
 
-
-def test_value_checks_of_05_accept_the_right_answers_only():
-    assert nb05.check_05_wilson_lower(0.22) and not nb05.check_05_wilson_lower(0.5)
-    assert nb05.check_05_problems_needed(380) and not nb05.check_05_problems_needed(100)
-    assert nb05.check_05_checker_matters(["1,000", "$1000", "1000.0"])
-    assert not nb05.check_05_checker_matters(["1000", "1,000"])
+# --- 05.1: the evaluation loop ----------------------------------------------------------------------------------
 
 
-def learner_last_number(text):
-    found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
-    return found[-1].replace(",", "") if found else ""
+def make_loop(*, prompt_too=False, padding_side="left", sample=False, first_batch_only=False, drop=None):
+    """The learner's loop, or one of its classic slips (each keyword is one)."""
+
+    def loop(model, tokenizer, problems, batch_size, max_new_tokens):
+        records = []
+        for start in range(0, len(problems), batch_size):
+            batch = problems.select(range(start, min(start + batch_size, len(problems))))
+            texts = tokenizer.apply_chat_template(list(batch["prompt"]), add_generation_prompt=True, tokenize=False)
+            inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side=padding_side,
+                               add_special_tokens=False)  # fmt: skip
+            with torch.inference_mode():
+                output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
+                                        pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+            new = output if prompt_too else output[:, inputs["input_ids"].shape[1] :]
+            for completion, gold in zip(tokenizer.batch_decode(new, skip_special_tokens=True), batch["answer"],
+                                        strict=True):  # fmt: skip
+                extracted = extract_xml_answer(completion)
+                record = {"completion": completion, "extracted": extracted,
+                          "correct": bool(extracted) and bool(answers_match(extracted, gold))}  # fmt: skip
+                records.append({k: v for k, v in record.items() if k != drop})
+            if first_batch_only:
+                break
+        return records
+
+    return loop
 
 
-def test_check_05_last_number(capsys):
-    assert nb05.check_05_last_number(learner_last_number)
-    first = lambda text: (re.findall(r"-?\d+", text) or [""])[0]  # noqa: E731
-    assert not nb05.check_05_last_number(first)
-    assert "several numbers, last wins" in capsys.readouterr().out
-    keeps_commas = lambda text: (re.findall(r"-?\d[\d,]*(?:\.\d+)?", text) or [""])[-1]  # noqa: E731
-    assert not nb05.check_05_last_number(keeps_commas)
-    assert not nb05.check_05_last_number(lambda text: None)
+def test_05_1_stub_reads_not_answered_and_the_package_takes_over(capsys):
+    stub = exercise("05", "evaluate_loop", copy="notebooks")
+    # the stub is not run, nor is the reference: no model is needed to say "not answered"
+    assert nb05.check_evaluation_loop(stub, None, None, None, batch_size=2, max_new_tokens=4) is (
+        nb05.evaluate_loop_reference
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("⏳ 05.1 evaluation loop: not answered yet")
+    assert "continues with the package's evaluate_loop_reference" in out
 
 
-# --- notebook 05's evaluation loop -------------------------------------------------------------------------
+@pytest.mark.parametrize("answer", ["loop", nb05.evaluate_loop_reference], ids=["a string", "the package's own"])
+def test_05_1_what_is_not_a_loop_of_ones_own_fails_without_running(answer, capsys):
+    assert nb05.check_evaluation_loop(answer, None, None, None, batch_size=2, max_new_tokens=4) is (
+        nb05.evaluate_loop_reference
+    )
+    assert capsys.readouterr().out.startswith("❌ 05.1 evaluation loop")
 
 
-def learner_loop(model, tokenizer, problems, batch_size, max_new_tokens, whole_sequence=False):
-    """What notebook 05's learner writes (``whole_sequence``: the classic slip of decoding the prompt too)."""
-    records = []
-    for start in range(0, len(problems), batch_size):
-        batch = problems.select(range(start, min(start + batch_size, len(problems))))
-        texts = tokenizer.apply_chat_template(list(batch["prompt"]), add_generation_prompt=True, tokenize=False)
-        inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-        with torch.inference_mode():
-            output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-        new = output if whole_sequence else output[:, inputs["input_ids"].shape[1] :]
-        texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-        for completion, gold in zip(texts, batch["answer"], strict=True):
-            extracted = extract_xml_answer(completion)
-            records.append({"completion": completion, "extracted": extracted,
-                            "correct": bool(extracted) and bool(answers_match(extracted, gold))})  # fmt: skip
-    return records
+def test_05_1_a_loop_that_raises_is_a_verdict_not_a_crash(capsys):
+    def generator_that_fails(model, tokenizer, problems, batch_size, max_new_tokens):
+        yield {"completion": "", "extracted": "", "correct": False}
+        raise RuntimeError("out of problems")  # raised only when the records are read
+
+    for loop in (generator_that_fails, lambda *args: 1 / 0):
+        assert nb05.check_evaluation_loop(loop, None, None, [], batch_size=2, max_new_tokens=4) is (
+            nb05.evaluate_loop_reference
+        )
+    out = capsys.readouterr().out
+    assert "❌ 05.1 evaluation loop" in out and "your loop raises RuntimeError: out of problems" in out
+    assert "your loop raises ZeroDivisionError" in out
 
 
 @pytest.fixture(scope="module")
 def three_problems():
-    return load_gsm8k("test", formatted=True, limit=3, verbose=False)
+    """Three short chats, the first one the shortest: right padding garbles it. Short prompts keep the test fast;
+    the notebook checks the same loop on GSM8K problems under nbmake."""
+    chats = [
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}],
+        [{"role": "system", "content": "Answer with one number inside <answer> tags."},
+         {"role": "user", "content": "Four dozen eggs: how many eggs is that?"}],
+        [{"role": "user", "content": "How many legs do 3 cats have?"}],
+    ]  # fmt: skip
+    golds = ["5", "48", "12"]
+    return Dataset.from_list([{"prompt": chat, "answer": gold} for chat, gold in zip(chats, golds, strict=True)])
 
 
 @pytest.mark.slow
-def test_the_evaluation_loop_check(offline_model_and_tokenizer, three_problems):
+def test_05_1_solution_passes_and_is_handed_back(offline_model_and_tokenizer, three_problems, capsys):
     model, tokenizer = offline_model_and_tokenizer
-    settings = {"batch_size": 2, "max_new_tokens": 6}  # two batches, the second one short
-    assert nb05.check_evaluation_loop(learner_loop, model, tokenizer, three_problems, **settings)
+    solution = exercise("05", "evaluate_loop")
+    settings = {"batch_size": 2, "max_new_tokens": 6}  # two batches, the second one short: as the notebook checks
+    assert nb05.check_evaluation_loop(solution, model, tokenizer, three_problems, **settings) is solution
+    out = capsys.readouterr().out
+    assert out.startswith("✅ 05.1 evaluation loop: the same records as the package's loop on all 3 problems")
+    assert "continues with yours" in out
+    reference = nb05.evaluate_loop_reference(model, tokenizer, three_problems, 2, 6)
+    wanted = [{name: record[name] for name in nb05.RECORD_FIELDS} for record in reference]
+    assert make_loop()(model, tokenizer, three_problems, 2, 6) == wanted  # the tests' own loop is right too
 
-    two, short = three_problems.select(range(2)), {"batch_size": 1, "max_new_tokens": 2}  # each slip, cheaply
 
-    def with_prompt(*args):
-        return learner_loop(*args, whole_sequence=True)
+def raises(model, tokenizer, problems, batch_size, max_new_tokens):
+    return [problems[i]["prompt"]["content"] for i in range(len(problems))]  # a list of messages has no ["content"]
 
-    with pytest.raises(ValueError, match="problem 0, completion: yours"):
-        nb05.check_evaluation_loop(with_prompt, model, tokenizer, two, **short)
 
-    def first_batch_only(*args):
-        return learner_loop(*args)[:1]
+WRONG_LOOPS = {  # the slip, the difference the check must name
+    "decodes the prompt too": (make_loop(prompt_too=True), "problem 0, completion: yours"),
+    "right padding": (make_loop(padding_side="right"), "problem 0, completion: yours"),  # the shortest prompt
+    "samples instead of greedy": (make_loop(sample=True), ", completion: yours"),
+    "only the first batch": (make_loop(first_batch_only=True), "records: yours 2, reference 3"),
+    "records without extracted": (make_loop(drop="extracted"), "problem 0, extracted: yours '(not set)'"),
+    "raises": (raises, "your loop raises TypeError"),
+}
 
-    with pytest.raises(ValueError, match="records: yours 1, reference 2"):
-        nb05.check_evaluation_loop(first_batch_only, model, tokenizer, two, **short)
 
-    def texts_only(*args):
-        return [r["completion"] for r in learner_loop(*args)]
+@pytest.mark.slow
+@pytest.mark.parametrize("slip", sorted(WRONG_LOOPS))
+def test_05_1_wrong_loops_fail_naming_what_differs(slip, offline_model_and_tokenizer, three_problems, capsys):
+    model, tokenizer = offline_model_and_tokenizer
+    loop, named = WRONG_LOOPS[slip]
+    torch.manual_seed(0)  # the sampling slip draws the same tokens every run
+    settings = {"batch_size": 2, "max_new_tokens": 4}
+    assert nb05.check_evaluation_loop(loop, model, tokenizer, three_problems, **settings) is (
+        nb05.evaluate_loop_reference
+    )  # never raises: the learner's error is a verdict
+    out = capsys.readouterr().out
+    assert out.startswith("❌ 05.1 evaluation loop: differs from the package's loop")
+    assert named in out and "continues with the package's evaluate_loop_reference" in out
 
-    with pytest.raises(ValueError, match="not a dict"):
-        nb05.check_evaluation_loop(texts_only, model, tokenizer, two, **short)
+
+def test_05_1_record_differences_name_the_field_and_the_count():
+    reference = [{"completion": "a", "extracted": "1", "correct": True, "tokens": 3}] * 2
+    assert nb05.record_differences([{"completion": "a", "extracted": "1", "correct": True}] * 2, reference) == []
+    assert nb05.record_differences(None, reference) == [
+        "your loop returns a NoneType, not a list of records (one dict per problem)"
+    ]
+    assert nb05.record_differences(iter(reference), reference) == []  # any iterable of records will do
+    wrong = [{"completion": "a", "extracted": "1", "correct": False}, {"completion": "a", "extracted": "1"}]
+    assert nb05.record_differences(wrong, reference) == [
+        "problem 0, correct: yours False, reference True",
+        "problem 1, correct: yours '(not set)', reference True",
+    ]
+
+
+# --- 05.2-05.4: values ----------------------------------------------------------------------------------------
+
+VALUES = {  # name in the notebook, its check, plausible wrong answers
+    "wilson_lower": (nb05.check_05_wilson_lower, "05.2", [0.5, 0.15, 0.78, 21.5]),  # rate, normal approx, upper, %
+    "problems_needed": (nb05.check_05_problems_needed, "05.3", [100, 96, 1537, 0.05]),  # ±10 points, ±2.5 points
+    "accepted_only_by_math_verify": (
+        nb05.check_05_checker_matters,
+        "05.4",
+        [["1000", "1,000", "$1000", "1000.0"], ["1,000", "$1000"], ["1,000", "$1000", "1000.0", "one thousand"],
+         "1,000"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_05_values_solution_passes_and_stub_reads_not_answered(name, capsys):
+    check, label, _ = VALUES[name]
+    assert check(exercise("05", name)) is True
+    assert capsys.readouterr().out.startswith(f"✅ {label} ")
+    assert exercise("05", name, copy="notebooks") is None
+    assert check(None) is False
+    assert capsys.readouterr().out.startswith(f"⏳ {label} ")
+
+
+@pytest.mark.parametrize(("name", "wrong"), [(n, w) for n, (_, _, ws) in VALUES.items() for w in ws])
+def test_05_values_wrong_answers_fail(name, wrong, capsys):
+    check, label, _ = VALUES[name]
+    assert check(wrong) is False
+    assert capsys.readouterr().out.startswith(f"❌ {label} ")
+
+
+def test_05_3_accepts_the_normal_approximation():
+    assert nb05.check_05_problems_needed(round(NormalDist().inv_cdf(0.975) ** 2 * 0.25 / 0.05**2))
+
+
+# --- 05.5: the lenient reader ---------------------------------------------------------------------------------
+
+
+def split_and_strip(text):
+    """The issue's wrong answer: split on whitespace, strip punctuation, keep the last word that is a number."""
+    found = ""
+    for word in text.split():
+        word = word.strip(".,;:!?$").replace(",", "")
+        try:
+            float(word)
+        except ValueError:
+            continue
+        found = word
+    return found
+
+
+def first_number(text):
+    return (re.findall(r"-?\d[\d,]*(?:\.\d+)?", text) or [""])[0].replace(",", "")
+
+
+def keeps_commas(text):
+    return (re.findall(r"-?\d[\d,]*(?:\.\d+)?", text) or [""])[-1]
+
+
+def whole_numbers_only(text):
+    return (re.findall(r"-?\d[\d,]*", text) or [""])[-1].replace(",", "")
+
+
+def no_minus_sign(text):
+    return (re.findall(r"\d[\d,]*(?:\.\d+)?", text) or [""])[-1].replace(",", "")
+
+
+def none_when_no_number(text):
+    found = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return found[-1].replace(",", "") if found else None
+
+
+WRONG_READERS = {  # the wrong answer, a case it must be caught on
+    split_and_strip: "glued to the tags",
+    first_number: "several numbers, last wins",
+    keeps_commas: "thousands separator",
+    whole_numbers_only: "decimal",
+    no_minus_sign: "negative",
+    none_when_no_number: "no number at all",
+}
+
+
+def test_05_5_solution_passes_and_is_handed_back(capsys):
+    solution = exercise("05", "last_number")
+    assert nb05.check_05_last_number(solution) is solution
+    out = capsys.readouterr().out
+    assert out.startswith("✅ 05.5 last number") and "continues with yours" in out
+
+
+def test_05_5_stub_reads_not_answered_and_the_package_takes_over(capsys):
+    stub = exercise("05", "last_number", copy="notebooks")
+    assert nb05.check_05_last_number(stub) is package_last_number
+    out = capsys.readouterr().out
+    assert out.startswith("⏳ 05.5 last number: not answered yet")
+    assert "continues with the package's evaluation.last_number" in out
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_READERS, key=lambda f: f.__name__), ids=lambda f: f.__name__)
+def test_05_5_wrong_readers_fail_naming_the_case(wrong, capsys):
+    assert nb05.check_05_last_number(wrong) is package_last_number
+    out = capsys.readouterr().out
+    assert out.startswith("❌ 05.5 last number: differs from the reference")
+    assert f"- {WRONG_READERS[wrong]}" in out
+
+
+def test_05_5_the_issue_s_reader_passes_the_old_cases_and_loses_a_tagged_answer():
+    """Why the bank grew: splitting on whitespace agrees on the nine cases it used to have, not on a glued tag."""
+    old_cases = list(nb05.LAST_NUMBER_TEXTS.values())[:9]
+    assert [split_and_strip(text) for text in old_cases] == [package_last_number(text) for text in old_cases]
+    assert split_and_strip("<answer>18</answer>") == "" and package_last_number("<answer>18</answer>") == "18"
+    glued = [c for c in nb05.last_number_cases() if split_and_strip(*c.args) != package_last_number(*c.args)]
+    assert len(glued) >= 3

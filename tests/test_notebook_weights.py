@@ -2,8 +2,8 @@
 
 The cells are the notebooks' own (found by what they contain), run in two separate kernels as a learner runs
 two notebooks: notebook 03 imports, builds the lab, a learner moves two sliders, the save cell writes the
-file; then notebook 04's set-up cell and its config cell (the learner's ``GRPOConfig(...)``, checked against the
-package's) run, and the test reads the config's ``reward_weights``.
+file; then notebook 04's set-up cell and its config cell (the complete notebook's ``GRPOConfig(...)``) run,
+and the test reads the config's ``reward_weights``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT
 from nbclient import NotebookClient
 
-NOTEBOOKS = REPO_ROOT / "notebooks"
+NOTEBOOKS = REPO_ROOT / "solutions"  # the complete notebooks: notebook 04's config cell holds a GRPOConfig
 MOVED = {"correctness_reward_func": 2.5, "xmlcount_reward_func": 0.0}
 
 
@@ -28,7 +28,7 @@ def _cell(path: str, needle: str) -> str:
 
 
 def _run(sources: list[str]) -> str:
-    """Execute the cells in a fresh kernel (cwd: notebooks/); return the last cell's printed text."""
+    """Execute the cells in a fresh kernel (cwd: solutions/); return the last cell's printed text."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     NotebookClient(
         notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
@@ -37,8 +37,8 @@ def _run(sources: list[str]) -> str:
 
 
 def _notebook_04_weights() -> list[float]:
-    setup_cell = _cell("04_train_grpo.ipynb", "profile = get_profile()")  # imports, the profile read once
-    config_cell = _cell("04_train_grpo.ipynb", "reward_weights = load_weights()")  # GRPOConfig(...), checked
+    setup_cell = _cell("04_train_grpo.ipynb", "reward_weights = load_weights()")  # imports, profile, weights
+    config_cell = _cell("04_train_grpo.ipynb", "config = GRPOConfig(")  # the learner's GRPOConfig(...)
     printed = _run([setup_cell, config_cell, "import json\nprint(json.dumps(list(config.reward_weights)))"])
     return json.loads(printed.strip().splitlines()[-1])
 

@@ -116,3 +116,43 @@ def test_variant_table_draws_bars_with_spread_and_names_missing_columns():
     assert len(fig.axes[0].patches) == 2
     with pytest.raises(ValueError, match="final_reward_spread"):
         plotting.plot_variant_table(summary, "final_reward")
+
+
+def _stage(rate: float, n: int = 10) -> dict:
+    """An evaluation result with every rate at ``rate`` and an interval of ±0.1 around it."""
+    metrics = plotting.STAGE_RATES
+    return {"n": n} | {m: rate for m in metrics} | {f"{m}_ci": (max(rate - 0.1, 0.0), rate + 0.1) for m in metrics}
+
+
+def test_stage_rates_draw_one_bar_per_stage_and_rate_in_training_order():
+    results = {"base": _stage(0.1), "warm start": _stage(0.4), "after GRPO": _stage(0.5)}
+    fig = plotting.plot_stage_rates(results)
+    ax = fig.axes[0]
+    rates = len(plotting.STAGE_RATES)
+    assert len(ax.patches) == 3 * rates
+    heights = [bar.get_height() for bar in ax.patches]
+    assert heights == pytest.approx([0.1] * rates + [0.4] * rates + [0.5] * rates)  # base, warm start, GRPO
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base", "warm start", "after GRPO"]
+    assert ax.get_title() == "base → warm start → after GRPO"  # the default title names every stage drawn
+    assert "Before and after" not in ax.get_title()
+
+
+def test_stage_rates_take_two_stages_a_title_and_skip_rates_a_result_lacks():
+    base, grpo = _stage(0.2), _stage(0.3)
+    del grpo["truncation_rate"]
+    fig = plotting.plot_stage_rates({"base": base, "after GRPO": grpo}, title="base → after GRPO: 10 problems")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 2 * (len(plotting.STAGE_RATES) - 1)
+    assert ax.get_title() == "base → after GRPO: 10 problems"
+    with pytest.raises(ValueError, match="at least one"):
+        plotting.plot_stage_rates({})
+
+
+def test_before_after_rates_are_titled_with_the_two_models_drawn():
+    table = pd.DataFrame(
+        {"base": [0.1], "trained": [0.5], "change": [0.4], "base_ci_low": [0.0], "base_ci_high": [0.3],
+         "trained_ci_low": [0.3], "trained_ci_high": [0.7]},
+        index=pd.Index(["accuracy"], name="metric"),
+    )  # fmt: skip
+    ax = plotting.plot_before_after_rates(table).axes[0]
+    assert ax.get_title() == "base and trained" and len(ax.patches) == 2

@@ -1,25 +1,26 @@
-"""Notebook 00 (set-up): the profile variable and the completions one optimizer step trains on."""
+"""Notebook 00 (set-up): the profile variable and the completions one optimizer step trains on (values)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from course_utils.core.profiles import get_profile
+from course_utils.core.profiles import PROFILE_ENV_VAR, get_profile
 from course_utils.exercises.comparison import close_to, report
 
 
 def check_00_profile_variable(answer: Any) -> bool:
-    """Which environment variable chooses the hardware profile?"""
-    correct = isinstance(answer, str) and answer.strip() == "COURSE_PROFILE"
-    return report("00.1 profile variable", correct, "look at course_utils.core.profiles.PROFILE_ENV_VAR", answer)
+    """00.1: which environment variable chooses the hardware profile?"""
+    correct = isinstance(answer, str) and answer.strip() == PROFILE_ENV_VAR
+    hint = "section 1 names it; the name is written in capitals, as environment variables are"
+    return report("00.1 profile variable", correct, hint, answer)
 
 
 def check_00_completions_per_step(answer: Any) -> bool:
-    """How many completions does one optimizer step of the ``colab-t4`` profile train on?"""
+    """00.2: how many completions does one optimizer step of the ``colab-t4`` profile train on?"""
     expected = get_profile("colab-t4").effective_batch_size
     return report(
         "00.2 completions per step",
         close_to(answer, expected),
-        "per-device batch x gradient accumulation steps (see profiles_table())",
+        "per-device batch x gradient accumulation steps: the effective batch of the colab-t4 profile",
         answer,
     )

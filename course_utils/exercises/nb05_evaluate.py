@@ -1,24 +1,126 @@
-"""Notebook 05 (evaluation): confidence intervals, the lenient answer reader, why the checker matters."""
+"""Notebook 05 (evaluation): the evaluation loop, confidence intervals, the lenient answer reader, the checker.
+
+05.1 is the loop the lesson is about: the check runs it next to ``evaluation.evaluate_model`` on a few problems and
+hands back what the notebook continues with. 05.2-05.4 are values read off the lesson; 05.5 is ``last_number``,
+checked on completions a lenient reader meets, numbers glued to tags, words and ``$`` included.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from course_utils.evaluation.heldout import evaluate_model
 from course_utils.evaluation.metrics import last_number
 from course_utils.evaluation.stats import wilson_interval
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, field_differences, report
+from course_utils.exercises.comparison import (
+    Case,
+    check_against_reference,
+    close_to,
+    field_differences,
+    hand_back,
+    not_a_function,
+    report,
+)
 from course_utils.lesson.rewards import answers_match
 
 CHECKER_OPTIONS_05 = ("1000", "1,000", "$1000", "1000.0", "one thousand", "100")
 
 
+# --- 05.1: the evaluation loop ------------------------------------------------------------------------
+
+RECORD_FIELDS = ("completion", "extracted", "correct")
+LOOP_EXERCISE = "05.1 evaluation loop"
+LOOP_HINT = (
+    "render each batch with the chat template (assistant turn opened), tokenize with padding_side='left', "
+    "generate greedily under torch.inference_mode, decode only the tokens after the prompt, then "
+    "extract_xml_answer and answers_match; one record per problem, every batch"
+)
+
+
+def evaluate_loop_reference(
+    model: Any, tokenizer: Any, problems: Any, batch_size: int, max_new_tokens: int
+) -> list[dict[str, Any]]:
+    """The package's loop with the exercise's signature: ``evaluate_model``'s records, in the dataset's order.
+
+    ``sort_by_length=False`` keeps the learner's batches, so the same greedy generation gives the same text. Each
+    record holds ``completion``, ``extracted`` and ``correct`` and more (``formatted``, ``tokens``...).
+    """
+    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
+    return evaluate_model(model, tokenizer, problems, sort_by_length=False, **settings)["records"]
+
+
+def record_differences(yours: Any, reference: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per record field where the learner's records differ from the reference's (and for a wrong count)."""
+    if isinstance(yours, (str, bytes, Mapping)) or not isinstance(yours, Iterable):
+        return [f"your loop returns a {type(yours).__name__}, not a list of records (one dict per problem)"]
+    yours = list(yours)
+    differences = []
+    if len(yours) != len(reference):
+        differences.append(f"records: yours {len(yours)}, reference {len(reference)} (one per problem)")
+    for index, (mine, theirs) in enumerate(zip(yours, reference, strict=False)):
+        if not isinstance(mine, Mapping):
+            differences.append(f"problem {index}: yours is a {type(mine).__name__}, not a dict of {RECORD_FIELDS}")
+            continue
+        got = {name: mine.get(name, "(not set)") for name in RECORD_FIELDS}
+        wanted = {name: theirs[name] for name in RECORD_FIELDS}
+        differences += [f"problem {index}, {line}" for line in field_differences(got, wanted)]
+    return differences
+
+
+def _loop_verdict(exercise: str, differences: Sequence[str], count: int, show: int = 6) -> bool:
+    """Print the verdict of the loop: correct, or every difference (the first ``show``) and the hint."""
+    if not differences:
+        print(f"✅ {exercise}: the same records as the package's loop on all {count} problems.")
+        return True
+    print(f"❌ {exercise}: differs from the package's loop in {len(differences)} place(s):")
+    for line in differences[:show]:
+        print(f"   - {line}")
+    if len(differences) > show:
+        print(f"   ... and {len(differences) - show} more.")
+    print(f"   Hint: {LOOP_HINT}")
+    return False
+
+
+def check_evaluation_loop(
+    learner: Any, model: Any, tokenizer: Any, problems: Any, *, batch_size: int, max_new_tokens: int
+) -> Callable[..., list[dict[str, Any]]]:
+    """05.1: run the learner's loop and the package's on the same problems and batches; compare record by record.
+
+    Prints the verdict (never raises: an error of the learner's loop is a difference) and hands back the loop the
+    notebook continues with: the learner's when it gave the same records, else ``evaluate_loop_reference``.
+    """
+    passed = False
+    if not not_a_function(LOOP_EXERCISE, learner, LOOP_HINT):
+        passed = _run_and_compare(learner, model, tokenizer, problems, batch_size, max_new_tokens)
+    return hand_back(LOOP_EXERCISE, passed, learner, evaluate_loop_reference, "evaluate_loop_reference")
+
+
+def _run_and_compare(
+    learner: Callable[..., Any], model: Any, tokenizer: Any, problems: Any, batch_size: int, max_new_tokens: int
+) -> bool:
+    """Run the learner's loop (its error is a difference), then the package's; print the verdict."""
+    args = (model, tokenizer, problems, batch_size, max_new_tokens)
+    try:
+        yours = learner(*args)
+        if isinstance(yours, Iterator):
+            yours = list(yours)  # a generator runs only now: what it raises is the learner's too
+    except NotImplementedError:
+        return report(LOOP_EXERCISE, False, LOOP_HINT, None)
+    except Exception as error:  # the learner's bug is a verdict, not a crash
+        message = " ".join(str(error).split())[:160]
+        return _loop_verdict(LOOP_EXERCISE, [f"your loop raises {type(error).__name__}: {message}"], len(problems))
+    return _loop_verdict(LOOP_EXERCISE, record_differences(yours, evaluate_loop_reference(*args)), len(problems))
+
+
+# --- 05.2-05.4: values read off the lesson -----------------------------------------------------------
+
+
 def check_05_wilson_lower(answer: Any) -> bool:
-    """A model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
+    """05.2: a model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
     expected = wilson_interval(4, 8)[0]
     hint = "call wilson_interval(successes, n) and read the first number; 50% on 8 problems is a wide range"
-    return report("05.1 Wilson lower bound for 4/8", close_to(answer, expected, 0.006), hint, answer)
+    return report("05.2 Wilson lower bound for 4/8", close_to(answer, expected, 0.006), hint, answer)
 
 
 def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
@@ -31,85 +133,57 @@ def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
 
 
 def check_05_problems_needed(answer: Any) -> bool:
-    """About how many problems give a 95% interval of at most ±5 points around an accuracy of 50%?"""
+    """05.3: about how many problems give a 95% interval of at most ±5 points around an accuracy of 50%?"""
     expected = _problems_for_half_width(0.05, 0.5)
     within = close_to(answer, expected, 0.1 * expected)
     hint = "try wilson_interval(n // 2, n) for growing n until (high - low) / 2 <= 0.05; any answer within 10% counts"
-    return report("05.2 problems for ±5 points", within, hint, answer)
-
-
-def last_number_cases() -> list[Case]:
-    """Completions a lenient reader meets: tagged and untagged answers, separators, decimals, signs, no number."""
-    texts = {
-        "tagged answer": "<reasoning>\n9 + 9 = 18\n</reasoning>\n<answer>\n18\n</answer>",
-        "plain sentence": "The answer is 72.",
-        "thousands separator": "She earns 1,250 dollars.",
-        "decimal": "Each costs 2.50, so 5.75 in all",
-        "negative": "The temperature fell to -4 degrees",
-        "several numbers, last wins": "3 boxes of 12 is 36 eggs, minus 6 is 30",
-        "sentence-final full stop": "So the total is 42.",
-        "no number at all": "I do not know.",
-        "empty": "",
-    }
-    return [Case(label, (text,)) for label, text in texts.items()]
-
-
-def check_05_last_number(learner: Any) -> bool:
-    """A function ``text -> the last number in it`` (commas dropped, ``""`` when none): the lenient reading."""
-    hint = "find every number with a regular expression, keep the last, drop its commas; '' when there is none"
-    return check_against_reference("05.4 last number", learner, last_number, last_number_cases(), hint=hint)
+    return report("05.3 problems for ±5 points", within, hint, answer)
 
 
 def check_05_checker_matters(answer: Any) -> bool:
-    """Which of ``CHECKER_OPTIONS_05`` does ``answers_match`` accept for the gold ``"1000"`` but exact match rejects?"""
+    """05.4: which of ``CHECKER_OPTIONS_05`` does ``answers_match`` accept for gold ``"1000"``, exact match not?"""
     expected = {option for option in CHECKER_OPTIONS_05 if answers_match(option, "1000") and option != "1000"}
     given = {str(a).strip() for a in answer} if isinstance(answer, (list, tuple, set)) else None
     hint = "list the strings (e.g. ['1,000', ...]) that mean 1000 but are not written '1000'; try answers_match"
-    return report("05.3 math-verify versus exact match", given == expected, hint, answer)
+    return report("05.4 math-verify versus exact match", given == expected, hint, answer)
 
 
-# --- notebook 05: the evaluation loop ------------------------------------------------------------------
+# --- 05.5: the lenient reader ------------------------------------------------------------------------
 
-RECORD_FIELDS = ("completion", "extracted", "correct")
+LAST_NUMBER_TEXTS = {
+    "tagged answer": "<reasoning>\n9 + 9 = 18\n</reasoning>\n<answer>\n18\n</answer>",
+    "plain sentence": "The answer is 72.",
+    "thousands separator": "She earns 1,250 dollars.",
+    "decimal": "Each costs 2.50, so 5.75 in all",
+    "negative": "The temperature fell to -4 degrees",
+    "several numbers, last wins": "3 boxes of 12 is 36 eggs, minus 6 is 30",
+    "sentence-final full stop": "So the total is 42.",
+    "no number at all": "I do not know.",
+    "empty": "",
+    # a number need not stand between spaces: splitting on whitespace loses each of these
+    "glued to the tags": "<reasoning>9 + 9 = 18</reasoning><answer>18</answer>",
+    "glued to $ and the tags": "<answer>$1,080</answer>",
+    "glued to a word": "He ran 12km, then 5km more",
+    "after an equals sign": "So 6 * 7=42",
+    "in brackets": "the total (72)",
+    "glued to a percent sign": "a rise of 15%",
+}
 
 
-def check_evaluation_loop(
-    learner: Callable[..., Sequence[Mapping[str, Any]]],
-    model: Any,
-    tokenizer: Any,
-    problems: Any,
-    *,
-    batch_size: int,
-    max_new_tokens: int,
-) -> bool:
-    """Run the learner's loop and ``evaluation.evaluate_model`` on the same problems; compare per problem.
+def last_number_cases() -> list[Case]:
+    """Completions a lenient reader meets: tagged answers, separators, decimals, signs, no number, glued numbers."""
+    return [Case(label, (text,)) for label, text in LAST_NUMBER_TEXTS.items()]
 
-    The reference runs in the dataset's order with the same batches (``sort_by_length=False``), so the
-    same greedy generation gives the same text; each record's ``completion``, ``extracted`` and ``correct``
-    must match.
+
+def check_05_last_number(learner: Any) -> Callable[[str], str]:
+    """05.5: ``text -> the last number in it`` (commas dropped, ``""`` when none) against ``evaluation.last_number``.
+
+    Hands back the learner's function when it agrees on every case, else the package's ``last_number``.
     """
-    yours = list(learner(model, tokenizer, problems, batch_size, max_new_tokens))
-    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
-    reference = evaluate_model(model, tokenizer, problems, sort_by_length=False, **settings)["records"]
-    differences = []
-    if len(yours) != len(reference):
-        differences.append(f"records: yours {len(yours)}, reference {len(reference)} (one per problem)")
-    for index, (mine, theirs) in enumerate(zip(yours, reference, strict=False)):
-        if not isinstance(mine, Mapping):
-            differences.append(f"problem {index}: yours is a {type(mine).__name__}, not a dict of {RECORD_FIELDS}")
-            continue
-        got = {name: mine.get(name, "(not set)") for name in RECORD_FIELDS}
-        wanted = {name: theirs[name] for name in RECORD_FIELDS}
-        differences += [f"problem {index}, {line}" for line in field_differences(got, wanted)]
-    fix = ("Each record is {'completion': text, 'extracted': extract_xml_answer(text), 'correct': "
-           "answers_match(...)}; generate greedily, left-padded, with skip_special_tokens when decoding.")
-    return _loop_verdict(f"Your evaluation loop ({len(reference)} problems)", differences, fix)
-
-
-def _loop_verdict(what: str, differences: Sequence[str], fix: str) -> bool:
-    """Print the verdict; raise with every difference listed when there is one."""
-    if not differences:
-        print(f"✅ {what}: the same as the package's reference, problem by problem.")
-        return True
-    listing = "\n".join(f"  - {line}" for line in differences)
-    raise ValueError(f"{what} differs from the package's reference in {len(differences)} place(s):\n{listing}\n{fix}")
+    exercise = "05.5 last number"
+    hint = (
+        "find every number with a regular expression (optional minus sign, digits and commas, optional decimals), "
+        "wherever it stands; keep the last, drop its commas; '' when there is none"
+    )
+    passed = check_against_reference(exercise, learner, last_number, last_number_cases(), hint=hint)
+    return hand_back(exercise, passed, learner, last_number, "evaluation.last_number")

@@ -8,6 +8,7 @@ matplotlib figure and returns it, so notebooks show it and tests can check it wi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from io import BytesIO
 from typing import Any
 
@@ -135,7 +136,7 @@ def figure_png(fig: Figure, dpi: int = 90) -> bytes:
 
 _DASHBOARD_PANELS: tuple[tuple[str, str], ...] = (
     ("reward", "total reward (mean ± std)"),
-    ("reward_std", "reward_std (within groups)"),
+    ("reward_std", "reward_std (whole batch)"),  # TRL: the std of every reward of the step, not per group
     ("rewards", "each reward's mean"),
     ("completions/mean_length", "completion length (tokens)"),
     ("completions/clipped_ratio", "clipped ratio (truncated)"),
@@ -212,7 +213,8 @@ def plot_before_after_rates(table: Any, metrics: tuple[str, ...] | None = None, 
     ``table`` is ``evaluation.tables.compare_results(before, after, labels)``: its first two columns are the
     two models, and ``<label>_ci_low`` / ``<label>_ci_high`` the interval bounds. Overlapping bars with long error
     bars are the picture of "we cannot tell yet": evaluate on more problems. By default every row with an
-    interval (the rates) is drawn.
+    interval (the rates) is drawn, under a title naming the two models. Two models only: with a warm start,
+    ``plot_stage_rates`` shows each stage, so the warm start's gain is not read as GRPO's.
     """
 
     labels = list(table.columns[:2])
@@ -227,7 +229,44 @@ def plot_before_after_rates(table: Any, metrics: tuple[str, ...] | None = None, 
         errors = np.vstack([np.clip(values - low, 0, None), np.clip(high - values, 0, None)])
         ax.bar(positions + offset, values, width, yerr=errors, capsize=4, color=color, label=label)
     ax.set_xticks(positions, [m.replace("_", " ") for m in metrics], rotation=15, ha="right")
-    ax.set(ylim=(0, 1.05), ylabel="rate (95% Wilson CI)", title=title or "Before and after GRPO")
+    ax.set(ylim=(0, 1.05), ylabel="rate (95% Wilson CI)", title=title or f"{labels[0]} and {labels[1]}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+STAGE_RATES = ("accuracy", "lenient_accuracy", "exact_match_accuracy", "format_score", "soft_format_score",
+               "truncation_rate")  # fmt: skip
+STAGE_COLORS = ("#9aa5b1", "#5b8fc7", "#2e8b57", "#c7783b", "#8e6bbf")
+
+
+def plot_stage_rates(
+    results: Mapping[str, Mapping[str, Any]], metrics: tuple[str, ...] = STAGE_RATES, title: str = ""
+) -> Figure:
+    """Grouped bars of the rates of every stage (base, warm start, after GRPO), with 95% Wilson error bars.
+
+    ``results`` maps each stage's name to its ``evaluate_model`` result (``<metric>`` and ``<metric>_ci``), in
+    training order, all on the same problems. One bar per stage and rate: what each stage added shows as the step
+    from its left neighbour, so the warm start's share is not credited to GRPO (notebook 05). The default title
+    names the stages drawn.
+    """
+    names = list(results)
+    if not names:
+        raise ValueError("results is empty: pass at least one evaluated model")
+    metrics = tuple(m for m in metrics if all(m in result for result in results.values()))
+    positions = np.arange(len(metrics))
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(9.5, 3.8))
+    for index, name in enumerate(names):
+        result = results[name]
+        values = np.array([float(result[m]) for m in metrics])
+        bounds = np.array([result.get(f"{m}_ci", (math.nan, math.nan)) for m in metrics], dtype=float).reshape(-1, 2)
+        errors = np.vstack([np.clip(values - bounds[:, 0], 0, None), np.clip(bounds[:, 1] - values, 0, None)])
+        offset = (index - (len(names) - 1) / 2) * width
+        color = STAGE_COLORS[index % len(STAGE_COLORS)]
+        ax.bar(positions + offset, values, width, yerr=np.nan_to_num(errors), capsize=3, color=color, label=name)
+    ax.set_xticks(positions, [m.replace("_", " ") for m in metrics], rotation=15, ha="right")
+    ax.set(ylim=(0, 1.05), ylabel="rate (95% Wilson CI)", title=title or " → ".join(names))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
