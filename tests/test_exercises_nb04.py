@@ -12,10 +12,10 @@ import re
 
 import nbformat
 import pytest
+from notebook_code import _imports, code_cells, exercise, notebook_path
 
 from course_utils.exercises import nb04_train_grpo as nb04
 from course_utils.training import run as training
-from tests.notebook_code import _imports, code_cells, exercise, notebook_path
 
 MONITORING_HISTORY = [
     {"step": s, "reward": 0.4, "reward_std": 0.5, "completions/mean_length": 64.0,

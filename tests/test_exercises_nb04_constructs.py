@@ -13,6 +13,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from notebook_code import exercise
 from peft import LoraConfig
 from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
@@ -24,7 +25,6 @@ from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights, load_
 from course_utils.training import monitoring
 from course_utils.training import run as training
 from course_utils.training.warm_start import make_sft_config
-from tests.notebook_code import exercise
 
 
 @pytest.fixture(autouse=True)
