@@ -148,6 +148,7 @@ def colab_stand_in(tmp_path: Path) -> Path:
     return package.parents[1]
 
 
+@pytest.mark.long  # over 10 s: make test-slow
 def test_install_cell_installs_the_course_as_on_colab(tmp_path):
     url = local_git_repository(tmp_path)
     python = colab_like_python(tmp_path)

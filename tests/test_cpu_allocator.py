@@ -54,6 +54,7 @@ print(json.dumps({"default": default, "reuse": faults_of_three_calls(), "applied
 
 
 @pytest.mark.skipif(not GLIBC, reason="the setting tunes glibc's malloc; other C libraries are left alone")
+@pytest.mark.long  # over 10 s: make test-slow
 def test_log_softmax_reuses_freed_blocks_without_page_faults():
     output = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT], check=True, capture_output=True, text=True)
     calls = json.loads(output.stdout.strip().splitlines()[-1])
@@ -93,6 +94,7 @@ print(json.dumps({"kept": kept, "restored_ok": restored, "after_restore": left_b
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc only")
+@pytest.mark.long  # over 10 s: make test-slow
 def test_restoring_the_defaults_gives_big_freed_blocks_back_again():
     output = subprocess.run([sys.executable, "-c", RESTORE_SCRIPT], check=True, capture_output=True, text=True)
     memory = json.loads(output.stdout.strip().splitlines()[-1])
@@ -123,6 +125,7 @@ print(json.dumps({"kept": kept, "after": resident_mb(), "released": released}))
 
 
 @pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
+@pytest.mark.long  # over 10 s: make test-slow
 def test_release_gives_the_kept_blocks_back():
     output = subprocess.run([sys.executable, "-c", RELEASE_SCRIPT], check=True, capture_output=True, text=True)
     memory = json.loads(output.stdout.strip().splitlines()[-1])

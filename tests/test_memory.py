@@ -270,6 +270,7 @@ def test_estimate_within_30_percent_of_a_real_grpo_run(profile, path, monkeypatc
     assert abs(result["error_pct"]) <= 30, result
 
 
+@pytest.mark.long  # over 10 s: make test-slow
 def test_measuring_a_real_run_reports_the_run_and_its_estimate(monkeypatch):
     """The measurement's code path, on the smallest run: one ci step with short completions."""
     monkeypatch.setenv(PRECISION_ENV_VAR, "fp32")
@@ -301,6 +302,7 @@ def test_log_softmax_measurement_bad_input():
         measure_logprob_workspace(dtype="int8")
 
 
+@pytest.mark.long  # over 10 s: make test-slow
 def test_peak_rss_of_a_child_is_its_own():
     """ru_maxrss would hand a child its parent's peak (Linux, fork/vfork + exec); peak_rss_gb must not."""
     ballast = bytearray(1536 * 2**20)  # 1.5 GiB resident here: far above a child that imports torch (~0.5 GB)

@@ -176,6 +176,7 @@ def test_safetensors_problem_reads_the_header_without_loading(tmp_path):
 
 
 @pytest.mark.slow  # rebuilds the cache from the GGUF file
+@pytest.mark.long  # over 10 s: make test-slow
 def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
     copy = _damaged_copy_of_the_cache(tmp_path, monkeypatch)
     assert "truncated" in models.cached_model_problem(copy)

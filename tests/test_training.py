@@ -354,6 +354,7 @@ class _Crash(TrainerCallback):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # over 10 s: make test-slow
 def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
     profile = get_profile("ci").override(  # one prompt's group per step: resuming is what is tested here
         warm_start_examples=0,

@@ -61,6 +61,16 @@ def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
     return bool(correct)
 
 
+def list_problems(exercise: str, heading: str, problems: Sequence[Any], hint: str, show: int | None = None) -> None:
+    """Print a failed verdict: ``❌ exercise: heading:``, one problem a line (the first ``show``), then the hint."""
+    print(f"❌ {exercise}: {heading}:")
+    for problem in problems[:show]:
+        print(f"   - {problem}")
+    if show is not None and len(problems) > show:
+        print(f"   ... and {len(problems) - show} more.")
+    print(f"   Hint: {hint}")
+
+
 def hand_back(exercise: str, passed: bool, yours: Any, reference: Any, reference_name: str) -> Any:
     """What the notebook continues with: ``yours`` when it passed, else ``reference``, saying which."""
     if passed:
@@ -278,12 +288,8 @@ def check_against_reference(
     if not differences:
         print(f"✅ {exercise}: same result as the reference on all {len(cases)} cases.")
         return True
-    print(f"❌ {exercise}: differs from the reference on {len(differences)} of {len(cases)} cases:")
-    for difference in differences[:show]:
-        print(f"   - {difference}")
-    if len(differences) > show:
-        print(f"   ... and {len(differences) - show} more.")
-    print(f"   Hint: {hint}")
+    heading = f"differs from the reference on {len(differences)} of {len(cases)} cases"
+    list_problems(exercise, heading, differences, hint, show)
     return False
 
 

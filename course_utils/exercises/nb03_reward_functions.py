@@ -28,6 +28,7 @@ from course_utils.exercises.comparison import (
     close_to,
     dataset_rows,
     hand_back,
+    list_problems,
     not_a_function,
     real_row_indices,
     report,
@@ -358,10 +359,7 @@ def check_03_own_reward(learner: Any, dataset: Any) -> Any:
         report(OWN_REWARD, False, OWN_REWARD_HINT, None)
         return hand_back(OWN_REWARD, False, learner, reference, name)
     if problems:
-        print(f"❌ {OWN_REWARD}: not yet:")
-        for problem in problems[:4]:
-            print(f"   - {problem}")
-        print(f"   Hint: {OWN_REWARD_HINT}")
+        list_problems(OWN_REWARD, "not yet", problems[:4], OWN_REWARD_HINT)
     else:
         batches = len(contract_batches(dataset))
         print(

@@ -33,7 +33,15 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
 from course_utils.core.hardware import cpu_precision, cuda_available, cuda_bf16_supported
 from course_utils.core.profiles import Profile
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, hand_back, is_unanswered, report
+from course_utils.exercises.comparison import (
+    Case,
+    check_against_reference,
+    close_to,
+    hand_back,
+    is_unanswered,
+    list_problems,
+    report,
+)
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS
@@ -59,10 +67,7 @@ def judge(exercise: str, answer: Any, problems: Sequence[str], hint: str) -> boo
     """Print the verdict on a construct: not answered, correct, or every problem found (one a line)."""
     if is_unanswered(answer) or not problems:
         return report(exercise, not problems, hint, answer)
-    print(f"❌ {exercise}: not yet, {len(problems)} problem{'s' * (len(problems) > 1)}:")
-    for problem in problems:
-        print(f"   - {problem}")
-    print(f"   Hint: {hint}")
+    list_problems(exercise, f"not yet, {len(problems)} problem{'s' * (len(problems) > 1)}", problems, hint)
     return False
 
 

@@ -19,6 +19,7 @@ from course_utils.exercises.comparison import (
     close_to,
     field_differences,
     hand_back,
+    list_problems,
     not_a_function,
     report,
 )
@@ -73,12 +74,8 @@ def _loop_verdict(exercise: str, differences: Sequence[str], count: int, show: i
     if not differences:
         print(f"✅ {exercise}: the same records as the package's loop on all {count} problems.")
         return True
-    print(f"❌ {exercise}: differs from the package's loop in {len(differences)} place(s):")
-    for line in differences[:show]:
-        print(f"   - {line}")
-    if len(differences) > show:
-        print(f"   ... and {len(differences) - show} more.")
-    print(f"   Hint: {LOOP_HINT}")
+    list_problems(exercise, f"differs from the package's loop in {len(differences)} place(s)", differences, LOOP_HINT,
+                  show)  # fmt: skip
     return False
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from course_utils.core.profiles import Profile
 from course_utils.evaluation.variants import real_difference, variant_fields
-from course_utils.exercises.comparison import Case, check_against_reference, hand_back, report, shown
+from course_utils.exercises.comparison import Case, check_against_reference, hand_back, list_problems, report, shown
 from course_utils.training.run import make_grpo_config
 
 CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"
@@ -108,10 +108,7 @@ def check_07_clip_higher(fields: Any, profile: Profile | str | None = None) -> A
     except Exception as error:  # a value no comparison can read: a verdict, never a crash
         problems = [f"could not be read: {type(error).__name__}: {' '.join(str(error).split())[:120]}"]
     if problems:
-        print(f"❌ {CLIP_HIGHER}: not yet:")
-        for problem in problems[:4]:
-            print(f"   - {problem}")
-        print(f"   Hint: {CLIP_HIGHER_HINT}")
+        list_problems(CLIP_HIGHER, "not yet", problems[:4], CLIP_HIGHER_HINT)
     else:
         print(f"✅ {CLIP_HIGHER}: a looser upper clip, off-policy, and otherwise the {COMPARED_WITH} run.")
     return hand_back(CLIP_HIGHER, not problems, fields, reference, name)
