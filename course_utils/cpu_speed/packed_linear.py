@@ -220,8 +220,10 @@ def _read_kernel_cache(path: Path) -> dict[str, dict[str, str]]:
 def _remember(path: Path, saved: dict[str, dict[str, str]], measured: dict[str, str]) -> None:
     """Write ``saved`` (the file as read) with this machine's ``measured`` choices added."""
     saved[machine_key()] = {**saved.get(machine_key(), {}), **measured}
-    try:
-        path.write_text(json.dumps(saved, indent=1, sort_keys=True))
+    partial = path.with_name(f".{path.name}.{os.getpid()}")  # written whole, then renamed: two kernels at once
+    try:  # (two notebooks, or both copies in make test) never read each other's half-written file
+        partial.write_text(json.dumps(saved, indent=1, sort_keys=True))
+        os.replace(partial, path)
     except OSError as error:
         print(f"Packed kernels: could not save the choices to {path} ({error}); each process will measure again.")
 
