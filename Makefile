@@ -49,14 +49,17 @@ lab: setup
 lint: setup
 	$(VENV)/bin/ruff check course_utils tests benchmarks solutions scripts
 
-# Both copies executed as a learner runs them, side by side (scripts/execute_copies.py): the solutions (every
-# check passes) and the learner copies (every check reads "not answered yet", the notebook still runs to the
-# end); then their verdicts are read back.
+# The unit tests, and both copies of the course executed as a learner runs them (scripts/execute_copies.py), all
+# three at once, one torch thread each (most of their time is one thread: kernel starts, imports, Python loops):
+# the solutions (every check passes) and the learner copies (every check reads "not answered yet", the notebook
+# still runs to the end); then the copies' verdicts are read back.
 EXECUTED := build/executed
+UNIT_MARKERS := not multiprocess and not measurement and not long and not executed
 test: lint
-	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "not multiprocess and not measurement and not long and not executed" tests
-	@echo "--- both copies of the course, executed in $(EXECUTED)/"
-	$(CI_ENV) $(PY) scripts/execute_copies.py --target $(EXECUTED)
+	@mkdir -p build; $(CI_ENV) OMP_NUM_THREADS=1 $(PY) scripts/execute_copies.py --target $(EXECUTED) > build/executed.log 2>&1 & copies=$$!; \
+	$(CI_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -m "$(UNIT_MARKERS)" tests; unit=$$?; \
+	wait $$copies; executed=$$?; echo "--- both copies of the course, executed in $(EXECUTED)/"; cat build/executed.log; \
+	test $$unit -eq 0 -a $$executed -eq 0
 	$(CI_ENV) COURSE_EXECUTED_NOTEBOOKS=$(EXECUTED) $(PY) -m pytest -q -m executed tests/test_executed_notebooks.py
 	@echo "--- notebook 02 again, on the bundled sample (no GSM8K_DIR, Hub offline)"
 	COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR= $(PY) -m pytest -q --nbmake notebooks/02_gsm8k_data.ipynb
