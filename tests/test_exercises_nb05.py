@@ -83,6 +83,13 @@ def test_05_1_a_loop_that_raises_is_a_verdict_not_a_crash(capsys):
     assert "your loop raises ZeroDivisionError" in out
 
 
+@pytest.fixture(autouse=True)
+def plain_generation(monkeypatch):
+    """The loops compared here read three problems for a few tokens: the CPU plug-in's packing would cost more
+    than it saves (it gives the same tokens; tests/test_cpu_speed_equivalence.py shows that)."""
+    monkeypatch.setenv("COURSE_CPU_SPEEDUPS", "0")
+
+
 @pytest.fixture(scope="module")
 def three_problems():
     """Three short chats, the first one the shortest: right padding garbles it. Short prompts keep the test fast;
