@@ -81,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     train = train.select(range(len(train) - profile.warm_start_examples))  # the warm start's own rows left out
     max_new_tokens = args.max_new_tokens or profile.max_completion_length
     for step, indices in bucketed_problems(train, args.steps, args.per_bucket).items():
+        if not indices:
+            print(f"steps_{step}_problems: 0", flush=True)  # no training problem has this many steps
+            lines.append(f"steps_{step}_problems: 0")
+            continue
         settings = {"samples": args.samples, "ks": (1, args.samples), "prompts_per_batch": max(1, 32 // args.samples),
                     "max_new_tokens": max_new_tokens, "temperature": profile.temperature, "seed": args.seed}
         result = evaluate_sampled(start.model, start.tokenizer, train.select(indices), **settings)
