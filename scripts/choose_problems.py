@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = get_profile(args.profile)
     lines = [f"measured_on: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}"]
     lines += [f"{name}: {value}" for name, value in machine_summary().items()]
-    lines += [f"cpu_precision_path: {cpu_precision().path}", f"profile: {profile.name}",
+    lines += [f"cpu_precision_reason: {cpu_precision().reason}", f"profile: {profile.name}",
               f"made_by: python scripts/choose_problems.py {' '.join(argv if argv is not None else sys.argv[1:])}",
               f"samples_per_problem: {args.samples}", f"temperature: {profile.temperature}"]  # fmt: skip
     print("\n".join(lines), flush=True)
