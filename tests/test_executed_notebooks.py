@@ -48,21 +48,23 @@ def executed(copy: str) -> list[Path]:
     return paths
 
 
-def test_every_check_in_the_solutions_passes():
-    failed = {}
-    for path in executed("solutions"):
-        bad = [f"{icon} {exercise}" for icon, exercise in verdicts(path) if icon != "✅"]
+def verdicts_other_than(copy: str, icon: str) -> dict[str, list[str]]:
+    """Per executed notebook of ``copy``, the verdicts whose icon is not ``icon``."""
+    found = {}
+    for path in executed(copy):
+        bad = [f"{mark} {exercise}" for mark, exercise in verdicts(path) if mark != icon]
         if bad:
-            failed[path.name] = bad
+            found[path.name] = bad
+    return found
+
+
+def test_every_check_in_the_solutions_passes():
+    failed = verdicts_other_than("solutions", "✅")
     assert not failed, f"checks that did not pass in solutions/: {failed}"
 
 
 def test_every_check_in_the_learner_copies_reads_not_answered_yet():
-    answered = {}
-    for path in executed("notebooks"):
-        bad = [f"{icon} {exercise}" for icon, exercise in verdicts(path) if icon != "⏳"]
-        if bad:
-            answered[path.name] = bad
+    answered = verdicts_other_than("notebooks", "⏳")
     assert not answered, f"checks in notebooks/ that did not read 'not answered yet': {answered}"
 
 

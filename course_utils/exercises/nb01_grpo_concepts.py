@@ -110,32 +110,27 @@ def check_01_advantages(learner: Any) -> Any:
     return hand_back(ADVANTAGES, passed, learner, group_advantages, "course_utils.lesson.grpo.group_advantages")
 
 
-def dapo_policy_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    completion_mask: torch.Tensor,
-    epsilon: float = 0.2,
-) -> torch.Tensor:
-    """01.2's answer with the learner's signature: ``grpo_policy_loss`` reduced as TRL's default ``"dapo"``."""
-    parts = grpo_policy_loss(
-        per_token_logps, old_per_token_logps, advantages, completion_mask, epsilon=epsilon, loss_type="dapo"
-    )
-    return parts.loss
+def _reduced_as(loss_type: str) -> Callable[..., torch.Tensor]:
+    """``grpo_policy_loss`` reduced as ``loss_type``, with the learner's signature: the answer handed back."""
+
+    def loss(
+        per_token_logps: torch.Tensor,
+        old_per_token_logps: torch.Tensor,
+        advantages: torch.Tensor,
+        completion_mask: torch.Tensor,
+        epsilon: float = 0.2,
+    ) -> torch.Tensor:
+        parts = grpo_policy_loss(
+            per_token_logps, old_per_token_logps, advantages, completion_mask, epsilon=epsilon, loss_type=loss_type
+        )
+        return parts.loss
+
+    loss.__name__ = loss.__qualname__ = f"{loss_type}_policy_loss"
+    return loss
 
 
-def grpo_sequence_mean_loss(
-    per_token_logps: torch.Tensor,
-    old_per_token_logps: torch.Tensor,
-    advantages: torch.Tensor,
-    completion_mask: torch.Tensor,
-    epsilon: float = 0.2,
-) -> torch.Tensor:
-    """01.5's answer with the learner's signature: ``grpo_policy_loss`` reduced as ``loss_type="grpo"``."""
-    parts = grpo_policy_loss(
-        per_token_logps, old_per_token_logps, advantages, completion_mask, epsilon=epsilon, loss_type="grpo"
-    )
-    return parts.loss
+dapo_policy_loss = _reduced_as("dapo")  # 01.2's answer: TRL's default reduction
+grpo_sequence_mean_loss = _reduced_as("grpo")  # 01.5's answer: per completion first, then over completions
 
 
 def loss_cases(loss_type: str = "dapo") -> tuple[Callable[..., Any], list[Case]]:
