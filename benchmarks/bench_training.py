@@ -10,7 +10,9 @@ Prints ``name: value`` lines (run: ``.venv/bin/python benchmarks/bench_training.
   GRPO step, so the target is at most 1.5;
 - ``cpu_lab_minutes`` (warm start made afresh + GRPO, model load included; target: 10),
   ``cpu_lab_reward_first_fifth``, ``cpu_lab_reward_last_fifth``, ``cpu_lab_reward_max``: the lab must gain at
-  least 10% of the maximum.
+  least 10% of the maximum; ``cpu_lab_correctness_first_fifth`` / ``_last_fifth``: the share of completions the
+  correctness reward called right, what the lab learns to solve apart from the format;
+  ``cpu_lab_correctness_varied_steps`` (steps whose group differed in correctness) and ``cpu_lab_kl_last``.
 
 Timings depend on what else runs on the machine: ``machine_load_average`` is printed beside them, and
 ``cpu_lab_cpu_minutes`` (process CPU time / threads) estimates the run time on otherwise idle cores.
@@ -97,7 +99,7 @@ def main() -> None:
     config = result.trainer.args
     completions_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
     tokens = sum(e["completions/mean_length"] * completions_per_step for e in logs)
-    first, last = monitoring.reward_fifths(logs)
+    figures = monitoring.lab_figures(result.trainer.state.log_history)
     print(f"train_steps: {len(steps.seconds)}")
     print(f"train_step_seconds: {statistics.median(steps.seconds):.2f}")
     print(f"train_completion_tokens_per_second: {tokens / sum(steps.seconds):.1f}")
@@ -107,8 +109,8 @@ def main() -> None:
     print(f"cpu_lab_grpo_seconds: {result.train_seconds:.0f}")
     print(f"cpu_lab_minutes: {lab_minutes:.1f}")
     print(f"cpu_lab_cpu_minutes: {cpu_minutes:.1f}")
-    print(f"cpu_lab_reward_first_fifth: {first:.3f}")
-    print(f"cpu_lab_reward_last_fifth: {last:.3f}")
+    for name, value in figures.items():
+        print(f"cpu_lab_{name}: {value:.3f}")
     print(f"cpu_lab_reward_max: {training.max_reward(config):.3f}")
     per_step = " ".join(f"{e['reward']:.2f}" for e in logs)
     print(f"cpu_lab_rewards_per_step: {per_step}")

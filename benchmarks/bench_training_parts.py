@@ -9,7 +9,10 @@ the fixed prompt weighs more. Here the sequences are fixed, so two settings can 
 - ``parts_head_seconds_p{P}_c{C}``: the part of that spent in TRL's chunked log-softmax over the vocabulary
   (TRL scores every position on a CPU, prompt included, unless the CPU speed-ups score the completion tokens only);
 - ``parts_step_over_generate_p{P}_c{C}``: 1 + train / generate, the step/generate ratio of such a step;
-- ``parts_completion_tokens_only``: whether the log-softmax scored the completion tokens only, as the lab does.
+- ``parts_completion_tokens_only``: whether the log-softmax scored the completion tokens only, as the lab does;
+- ``parts_reference_seconds_p{P}_c{C}``: what ``beta > 0`` adds to a step: TRL's reference scoring of the same
+  sequences, a forward pass without gradients through the model with its LoRA adapter switched off (best of 3),
+  and ``parts_reference_share_p{P}_c{C}``, that time over the step's generate + training pass.
 
 P is the mean prompt length of all GSM8K train problems and of those under the profile's ``max_prompt_tokens``;
 C is a short (45) and a full-length (96) completion. Freed memory is reused as while the lab trains
@@ -111,6 +114,20 @@ def time_training_pass(trainer: Any, prompt_tokens: int, completion_tokens: int)
         function.forward, function.backward = staticmethod(original_forward), staticmethod(original_backward)
 
 
+def time_reference_pass(trainer: Any, prompt_tokens: int, completion_tokens: int) -> float:
+    """TRL's reference log-probabilities for SEQUENCES sequences: the adapter switched off, no gradients."""
+    from trl.trainer.utils import use_adapter
+
+    ids = torch.randint(100, 40_000, (SEQUENCES, prompt_tokens + completion_tokens))
+    started = time.perf_counter()
+    with torch.no_grad(), use_adapter(trainer.accelerator.unwrap_model(trainer.model), adapter_name=None):
+        micro_batch = trainer.args.per_device_train_batch_size
+        trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, torch.ones_like(ids), completion_tokens, batch_size=micro_batch
+        )
+    return time.perf_counter() - started
+
+
 def main() -> None:
     profile = get_profile("cpu").override(warm_start_examples=0, max_steps=1)
     model, tokenizer = training.load_model_for_training(profile)
@@ -134,6 +151,9 @@ def main() -> None:
                     print(f"parts_train_seconds_{tag}: {total:.2f}")
                     print(f"parts_head_seconds_{tag}: {head:.2f}")
                     print(f"parts_step_over_generate_{tag}: {1 + total / generate:.2f}")
+                    reference = best_of(3, time_reference_pass, trainer, prompt, completion)
+                    print(f"parts_reference_seconds_{tag}: {reference:.2f}")
+                    print(f"parts_reference_share_{tag}: {reference / (generate + total):.2f}")
 
 
 if __name__ == "__main__":

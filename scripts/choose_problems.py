@@ -7,24 +7,30 @@ problems bucketed by the number of steps of their worked solution (``lesson.data
 prints per bucket: greedy-free pass@1 and pass@8, and the share of problems solved sometimes (0 < right < 8),
 which is the share of groups whose correctness reward is not constant (``1 - frac_reward_zero_std`` for it).
 
-The profile's ``max_solution_steps`` is chosen from these lines; the output file records how they were made.
+With ``--screen N`` it draws a group for each of the first N problems the lab would train on instead, and writes
+the ones solved sometimes to ``data/problem_lists/<profile>.json`` (``training.problem_choice``): the list that a
+profile's ``problem_list`` names. The list and the output record how they were made.
 
     python scripts/choose_problems.py --profile cpu --per-bucket 24 --output benchmarks/problem_choice.txt
+    python scripts/choose_problems.py --profile cpu --screen 200 --output benchmarks/problem_screen.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from course_utils.core.hardware import cpu_precision, machine_summary
-from course_utils.core.profiles import get_profile
+from course_utils.core.profiles import Profile, get_profile
 from course_utils.evaluation.sampling import evaluate_sampled
 from course_utils.evaluation.variants import starting_model
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.data_checks import solution_steps
+from course_utils.training import problem_choice
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the profile's completion length")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="also write the lines to this file")
+    parser.add_argument("--screen", type=int, default=None, metavar="N",
+                        help="draw a group for each of the first N lab problems; list those solved sometimes")
     return parser.parse_args(argv)
 
 
@@ -70,30 +78,58 @@ def bucket_lines(step: int, result: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     profile = get_profile(args.profile)
+    made_by = f"python scripts/choose_problems.py {' '.join(argv if argv is not None else sys.argv[1:])}"
     lines = [f"measured_on: {datetime.datetime.now(datetime.UTC).strftime('%Y-%m-%d %H:%M UTC')}"]
     lines += [f"{name}: {value}" for name, value in machine_summary().items()]
-    lines += [f"cpu_precision_reason: {cpu_precision().reason}", f"profile: {profile.name}",
-              f"made_by: python scripts/choose_problems.py {' '.join(argv if argv is not None else sys.argv[1:])}",
+    lines += [f"cpu_precision_reason: {cpu_precision().reason}", f"profile: {profile.name}", f"made_by: {made_by}",
               f"samples_per_problem: {args.samples}", f"temperature: {profile.temperature}"]  # fmt: skip
     print("\n".join(lines), flush=True)
+    settings = {"samples": args.samples, "ks": (1, args.samples), "prompts_per_batch": max(1, 32 // args.samples),
+                "max_new_tokens": args.max_new_tokens or profile.max_completion_length,
+                "temperature": profile.temperature, "seed": args.seed}  # fmt: skip
+    lines += screen(profile, args.screen, settings, made_by) if args.screen else by_steps(profile, args, settings)
+    if args.output:
+        args.output.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def by_steps(profile: Profile, args: argparse.Namespace, settings: dict[str, Any]) -> list[str]:
+    """The warm start's pass@k on training problems, bucket by bucket of solution steps."""
     start = starting_model(profile)
     train = load_gsm8k("train", formatted=True, verbose=False)
     train = train.select(range(len(train) - profile.warm_start_examples))  # the warm start's own rows left out
-    max_new_tokens = args.max_new_tokens or profile.max_completion_length
+    lines = []
     for step, indices in bucketed_problems(train, args.steps, args.per_bucket).items():
         if not indices:
             print(f"steps_{step}_problems: 0", flush=True)  # no training problem has this many steps
             lines.append(f"steps_{step}_problems: 0")
             continue
-        settings = {"samples": args.samples, "ks": (1, args.samples), "prompts_per_batch": max(1, 32 // args.samples),
-                    "max_new_tokens": max_new_tokens, "temperature": profile.temperature, "seed": args.seed}
         result = evaluate_sampled(start.model, start.tokenizer, train.select(indices), **settings)
         new = [*bucket_lines(step, result), f"steps_{step}_seconds: {result['elapsed_seconds']:.0f}"]
         print("\n".join(new), flush=True)
         lines += new
-    if args.output:
-        args.output.write_text("\n".join(lines) + "\n")
-    return 0
+    return lines
+
+
+def screen(profile: Profile, count: int, settings: dict[str, Any], made_by: str) -> list[str]:
+    """A group for each of the first ``count`` problems the lab would train on; the list of those solved sometimes."""
+    start = starting_model(profile.override(problem_list=None, train_size=count))
+    result = evaluate_sampled(start.model, start.tokenizer, start.dataset, **settings)
+    facts = {"profile": profile.name, "max_new_tokens": settings["max_new_tokens"], "seed": settings["seed"],
+             "temperature": settings["temperature"], "precision_path": cpu_precision().path,
+             "screened_pass1": round(result["pass@1"], 4)}  # fmt: skip
+    listing = problem_choice.problem_list(list(start.dataset["question"]), result["records"], made_by, **facts)
+    path = problem_choice.problem_list_path(profile.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(listing, indent=1) + "\n")
+    chosen, samples = len(listing["problems"]), result["samples"]
+    lines = [f"screened_problems: {len(result['records'])}", f"screened_pass1: {result['pass@1']:.3f}",
+             f"screened_pass{samples}: {result[f'pass@{samples}']:.3f}", f"screened_solved_sometimes: {chosen}",
+             f"screened_correctness_zero_std: {1 - chosen / len(result['records']):.3f}",
+             f"screened_seconds: {result['elapsed_seconds']:.0f}",
+             f"list_written: {path.relative_to(REPO)}"]  # fmt: skip
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 if __name__ == "__main__":

@@ -553,3 +553,20 @@ def test_evaluate_model_reports_decoding_apart_from_prefill(offline_model_and_to
     assert result["seconds_per_problem"] == pytest.approx(result["elapsed_seconds"] / 2)
     table = compare_results(result, result)
     assert table.loc["decode_tokens_per_second", "change"] == 0
+
+
+
+def test_heldout_set_is_the_first_test_problems_in_file_order(gsm8k_env) -> None:
+    from course_utils.evaluation.heldout import heldout_set
+
+    chosen = heldout_set(12)
+    assert list(chosen["question"]) == list(load_gsm8k("test", formatted=True, limit=12, verbose=False)["question"])
+    assert {"prompt", "answer"} <= set(chosen.column_names)
+
+
+@pytest.mark.parametrize("size", [0, -1, 2.5, True, "200"])
+def test_heldout_set_refuses_a_size_that_is_no_count(size) -> None:
+    from course_utils.evaluation.heldout import heldout_set
+
+    with pytest.raises(ValueError, match="size must be a positive whole number"):
+        heldout_set(size)

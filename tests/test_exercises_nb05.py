@@ -3,11 +3,14 @@ yet" (and the notebook continues with the package's function), and plausible wro
 
 The solutions and stubs are the notebooks' own cells (``tests/notebook_code.exercise``). 05.1 is the evaluation
 loop (run on the offline model, so ``slow``); 05.2-05.4 are values; 05.5 is the lenient reader ``last_number``,
-with the issue's wrong answer that splits on whitespace and loses every number glued to a tag.
+with the issue's wrong answer that splits on whitespace and loses every number glued to a tag; 05.6 is the pass@k
+estimator, whose reference is checked against brute force over every subset.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 from statistics import NormalDist
 
@@ -17,6 +20,7 @@ from datasets import Dataset
 from notebook_code import exercise
 
 from course_utils.evaluation.metrics import last_number as package_last_number
+from course_utils.evaluation.stats import pass_at_k
 from course_utils.exercises import nb05_evaluate as nb05
 from course_utils.lesson.rewards import answers_match, extract_xml_answer
 
@@ -273,3 +277,97 @@ def test_05_5_the_issue_s_reader_passes_the_old_cases_and_loses_a_tagged_answer(
     assert split_and_strip("<answer>18</answer>") == "" and package_last_number("<answer>18</answer>") == "18"
     glued = [c for c in nb05.last_number_cases() if split_and_strip(*c.args) != package_last_number(*c.args)]
     assert len(glued) >= 3
+
+
+# --- 05.6: the pass@k estimator -----------------------------------------------------------------------------
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
+    """pass@k by listing every subset of k of the n samples (c right): the definition, for small n."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in subset) for subset in subsets) / len(subsets)
+
+
+def with_replacement(n, c, k):
+    """k draws with replacement: 1 - (1 - c/n)^k, biased below the estimator for k > 1."""
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError("out of range")
+    return 1 - (1 - c / n) ** k
+
+
+def float_factorials(n, c, k):
+    """The textbook formula with factorials in floating point: overflows once n passes 170."""
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError("out of range")
+
+    def comb(a, b):
+        return float(math.factorial(a)) / (float(math.factorial(b)) * float(math.factorial(a - b))) if a >= b else 0.0
+
+    return 1 - comb(n - c, k) / comb(n, k)
+
+
+def no_range_checks(n, c, k):
+    """The product form without refusing what n does not allow (k > n gives a value above 1)."""
+    all_wrong = 1.0
+    for i in range(n - c + 1, n + 1):
+        all_wrong *= 1 - k / i
+    return 1 - all_wrong
+
+
+def right_share(n, c, k):
+    """pass@1 for every k."""
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError("out of range")
+    return c / n
+
+
+WRONG_ESTIMATORS = {
+    with_replacement: "n=2, c=1, k=2",
+    float_factorials: "large n",
+    no_range_checks: "k above n",
+    right_share: "n = k, one right",
+}
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_05_6_reference_equals_brute_force_on_every_small_case(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            assert math.isclose(pass_at_k(n, c, k), brute_force_pass_at_k(n, c, k), abs_tol=1e-12), (n, c, k)
+
+
+def test_05_6_known_values_and_large_n():
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 1, 8) == 1.0 and pass_at_k(16, 16, 4) == 1.0
+    assert math.isclose(pass_at_k(16, 5, 1), 5 / 16)
+    exact = 1 - math.comb(4999, 2500) / math.comb(5000, 2500)  # Python's exact integers: no overflow, just slow
+    assert math.isclose(pass_at_k(5000, 1, 2500), exact) and math.isclose(exact, 0.5)
+    assert all(0.0 <= pass_at_k(n, c, k) <= 1.0 for n, c, k in nb05.LARGE_PASS_AT_K)
+
+
+def test_05_6_solution_passes_and_is_handed_back(capsys):
+    solution = exercise("05", "pass_at_k")
+    assert nb05.check_05_pass_at_k(solution) is solution
+    out = capsys.readouterr().out
+    assert out.startswith("✅ 05.6 pass@k") and "continues with yours" in out
+
+
+def test_05_6_stub_reads_not_answered_and_the_package_takes_over(capsys):
+    stub = exercise("05", "pass_at_k", copy="notebooks")
+    assert nb05.check_05_pass_at_k(stub) is pass_at_k
+    out = capsys.readouterr().out
+    assert out.startswith("⏳ 05.6 pass@k: not answered yet")
+    assert "continues with the package's evaluation.stats.pass_at_k" in out
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_ESTIMATORS), ids=lambda f: f.__name__)
+def test_05_6_wrong_estimators_fail_naming_a_case(wrong, capsys):
+    assert nb05.check_05_pass_at_k(wrong) is pass_at_k
+    out = capsys.readouterr().out
+    assert out.startswith("❌ 05.6 pass@k: differs from the reference")
+    assert f"- {WRONG_ESTIMATORS[wrong]}" in out
+
+
+def test_05_6_the_package_s_own_estimator_is_refused(capsys):
+    assert nb05.check_05_pass_at_k(pass_at_k) is pass_at_k
+    assert "that is the package's own" in capsys.readouterr().out

@@ -129,7 +129,7 @@ def test_reward_fifths():
     first, last = reward_fifths(_history(10))
     assert first == pytest.approx(0.55) and last == pytest.approx(1.35)
     assert reward_fifths(_history(3)) == (pytest.approx(0.5), pytest.approx(0.7))  # one step a fifth, at least
-    with pytest.raises(ValueError, match="no training step"):
+    with pytest.raises(ValueError, match="No training step logged 'reward'"):
         reward_fifths([{"train_runtime": 1.0}])
 
 

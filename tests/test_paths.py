@@ -154,3 +154,23 @@ def test_a_table_without_profile_columns_is_an_error(tmp_path):
     readme = write_readme(tmp_path, "| notebook | what you do | Colab |\n| --- | --- | --- |\n")
     with pytest.raises(ValueError, match="no profile column"):
         paths.readme_run_times(readme)
+
+
+def test_bench_figures_read_the_named_lines_of_a_results_file(monkeypatch, tmp_path):
+    results = tmp_path / "results.txt"
+    results.write_text("# benchmarks/x.py\nmachine_cpu: Some CPU\neval_speedup: 3.10\nother: 1\nnot a line\n")
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(results))
+    assert paths.bench_figures(["eval_speedup", "absent"]) == {"eval_speedup": "3.10"}
+    assert paths.describe_bench_figures(["eval_speedup"]) == "machine_cpu: Some CPU\neval_speedup: 3.10"
+
+
+def test_without_figures_the_description_names_the_command_that_measures_them(monkeypatch, tmp_path):
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(tmp_path / "none.txt"))
+    assert "run `make bench`" in paths.describe_bench_figures(["eval_speedup"])
+    monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
+    assert "run `make bench-heldout`" in paths.describe_bench_figures(["heldout_pass1_grpo"], "results_heldout")
+
+
+def test_an_unknown_results_file_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown results file 'result'.*results_heldout"):
+        paths.bench_results_path("result")

@@ -33,11 +33,12 @@ def data_dir() -> Path:
 
 def output_dir() -> Path:
     """Training runs, adapters, saved datasets and figures: git-ignored, set by ``COURSE_OUTPUT_DIR``."""
-    path = Path(os.environ.get("COURSE_OUTPUT_DIR", repo_root() / "outputs"))
+    path = Path(os.environ.get(OUTPUT_DIR_ENV_VAR, repo_root() / "outputs"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+OUTPUT_DIR_ENV_VAR = "COURSE_OUTPUT_DIR"
 def cache_dir() -> Path:
     """Materialized models live here, shared by every checkout: set by ``COURSE_CACHE_DIR``."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-course"
@@ -49,17 +50,27 @@ def cache_dir() -> Path:
 BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
 
 
-def bench_results_path() -> Path:
-    """``benchmarks/results.txt``, written by ``make bench``: the measured figures, headed by the machine."""
-    return Path(os.environ.get(BENCH_RESULTS_ENV_VAR, repo_root() / "benchmarks" / "results.txt"))
+# Each results file and the command that writes it: the short benchmarks, and the held-out evaluation (45 minutes)
+BENCH_FILES = {"results": "make bench", "results_heldout": "make bench-heldout"}
 
 
-def bench_figures(names: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """The ``name: value`` lines of ``bench_results_path()`` named in ``names`` (none before ``make bench``).
+def bench_results_path(results: str = "results") -> Path:
+    """``benchmarks/<results>.txt``: the measured figures, headed by the machine (``BENCH_FILES`` says who writes it).
+
+    ``COURSE_BENCH_RESULTS`` points the default ``results`` file elsewhere (tests use it).
+    """
+    if results not in BENCH_FILES:
+        raise ValueError(f"unknown results file {results!r}; known: {sorted(BENCH_FILES)}")
+    default = repo_root() / "benchmarks" / f"{results}.txt"
+    return Path(os.environ.get(BENCH_RESULTS_ENV_VAR, default)) if results == "results" else default
+
+
+def bench_figures(names: list[str] | tuple[str, ...], results: str = "results") -> dict[str, str]:
+    """The ``name: value`` lines of ``bench_results_path(results)`` named in ``names`` (none before it is written).
 
     Why: figures that vary by machine have one home, this file, and text cites it instead of restating them.
     """
-    path = bench_results_path()
+    path = bench_results_path(results)
     if not path.is_file():
         return {}
     figures = {}
@@ -70,12 +81,13 @@ def bench_figures(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     return figures
 
 
-def describe_bench_figures(names: list[str] | tuple[str, ...]) -> str:
+def describe_bench_figures(names: list[str] | tuple[str, ...], results: str = "results") -> str:
     """The figures as ``name: value`` lines, the machine's lines first, or how to measure them here."""
-    machine = ("measured_on", "machine_cpu", "cpu_capability", "cpu_precision_path")
-    figures = bench_figures((*machine, *names))
+    machine = ("measured_on", "machine_cpu", "machine_cpu_family_model", "cpu_capability", "cpu_precision_path")
+    figures = bench_figures((*machine, *names), results)
     if not any(name in figures for name in names):
-        return f"No measured figures yet in {bench_results_path()}: run `make bench` to measure this machine."
+        return (f"No measured figures yet in {bench_results_path(results)}: run `{BENCH_FILES[results]}` to measure "
+                "this machine.")  # fmt: skip
     return "\n".join(f"{name}: {value}" for name, value in figures.items())
 
 

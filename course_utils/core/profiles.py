@@ -70,6 +70,9 @@ class Profile:
     # Only problems whose worked solution has at most this many steps (None: all): the problems the warm start
     # solves sometimes, where a group's rewards differ (scripts/choose_problems.py measures pass@8 by steps)
     max_solution_steps: int | None = None
+    # Only the problems of this list (data/problem_lists/<name>.json, None: no list): the ones the warm start solves
+    # sometimes, found by sampling it (course_utils.training.problem_choice, scripts/choose_problems.py --screen)
+    problem_list: str | None = None
     # A lesson.rewards preset ("initial": each reward as it returns) or one multiplier per reward
     reward_weights: str | tuple[float, ...] = "initial"
 
@@ -95,6 +98,9 @@ class Profile:
     eval_size: int = 200
     eval_batch_size: int = 16
     eval_max_new_tokens: int = 256
+    # Sampled evaluation (pass@1, pass@k, maj@k): the first problems of the held-out set, each with a group of samples
+    pass_k_problems: int = 200
+    pass_k_samples: int = 8
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -159,6 +165,8 @@ PROFILES: dict[str, Profile] = {
         eval_size=2,
         eval_batch_size=4,
         eval_max_new_tokens=8,
+        pass_k_problems=2,
+        pass_k_samples=2,
     ),
     "cpu": Profile(
         name="cpu",
@@ -184,7 +192,12 @@ PROFILES: dict[str, Profile] = {
         # Enough steps for the reward's gain from the first fifth of the steps to the last to show (make bench)
         max_steps=40,
         learning_rate=2e-4,  # LoRA: ~10x a full fine-tuning rate, to move within 40 steps
-        beta=0.0,
+        # KL to the model with the adapter switched off (TRL's reference under PEFT: no second model in memory), so
+        # the dashboard draws `kl`; 0.04 as in DeepSeekMath's GRPO. Its cost per step: make bench's
+        # parts_reference_share lines; its effect: make bench-heldout's cpu_lab_kl_per_step
+        beta=0.04,
+        # The problems the warm start solves sometimes (data/problem_lists/cpu.json, scripts/choose_problems.py)
+        problem_list="cpu",
         logging_steps=1,
         save_steps=10,
         train_size=256,
@@ -194,6 +207,8 @@ PROFILES: dict[str, Profile] = {
         eval_size=50,
         eval_batch_size=25,
         eval_max_new_tokens=128,
+        # 16 problems x 8 samples x 3 models in a few minutes; make bench-heldout measures 200 (notebook 05 shows both)
+        pass_k_problems=16,
     ),
     "colab-t4": Profile(
         name="colab-t4",

@@ -178,6 +178,20 @@ def test_problems(profile: Any = None) -> Any:
     return load_gsm8k("test", formatted=True, limit=get_profile(profile).eval_size)
 
 
+HELDOUT_SIZE = 200
+
+
+def heldout_set(size: int = HELDOUT_SIZE) -> Any:
+    """The held-out problems a run's before/after is judged on: the first ``size`` GSM8K test problems, in file order.
+
+    A rule fixed before training that consults no model: the test split is never trained on nor used to choose
+    anything, so the warm start and the GRPO model meet these problems fresh.
+    """
+    if isinstance(size, bool) or not isinstance(size, Integral) or size < 1:
+        raise ValueError(f"size must be a positive whole number of problems, got {size!r}")
+    return load_gsm8k("test", formatted=True, limit=size, verbose=False)
+
+
 def validation_problems(profile: Any = None, exclude: Any = None, size: int | None = None) -> Any:
     """Notebook 02's validation split (saved, else rebuilt with the same seed), minus questions in ``exclude``.
 

@@ -1,8 +1,10 @@
-"""Notebook 05 (evaluation): the evaluation loop, confidence intervals, the lenient answer reader, the checker.
+"""Notebook 05 (evaluation): the evaluation loop, pass@k, confidence intervals, the lenient reader, the checker.
 
 05.1 is the loop the lesson is about: the check runs it next to ``evaluation.evaluate_model`` on a few problems and
 hands back what the notebook continues with. 05.2-05.4 are values read off the lesson; 05.5 is ``last_number``,
-checked on completions a lenient reader meets, numbers glued to tags, words and ``$`` included.
+checked on completions a lenient reader meets, numbers glued to tags, words and ``$`` included. 05.6 is the
+unbiased pass@k estimator, checked on every small case, the edges (n = k, c = 0, c = n) and sample counts large
+enough that factorials in floating point overflow.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from course_utils.evaluation.heldout import evaluate_model
 from course_utils.evaluation.metrics import last_number
-from course_utils.evaluation.stats import wilson_interval
+from course_utils.evaluation.stats import pass_at_k, wilson_interval
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
@@ -184,3 +186,35 @@ def check_05_last_number(learner: Any) -> Callable[[str], str]:
     )
     passed = check_against_reference(exercise, learner, last_number, last_number_cases(), hint=hint)
     return hand_back(exercise, passed, learner, last_number, "evaluation.last_number")
+
+
+# --- 05.6: the pass@k estimator ----------------------------------------------------------------------
+
+# Sample counts where C(n, k) overflows a float (above about n = 1030): only an exact or a product form survives
+LARGE_PASS_AT_K = ((2000, 3, 1000), (5000, 2500, 2500), (1200, 1, 1), (1500, 0, 700), (3000, 2990, 20))
+# Inputs pass@k has no answer for: the reference raises on each, and so must yours (any ValueError or TypeError)
+BAD_PASS_AT_K = {"k above n": (4, 1, 5), "c above n": (4, 5, 2), "negative c": (4, -1, 2), "no samples": (0, 0, 1),
+                 "k of 0": (8, 2, 0)}  # fmt: skip
+
+
+def pass_at_k_cases() -> list[Case]:
+    """Every (n, c, k) with n up to 6, the named edges, large n, and inputs with no answer."""
+    counts = [(n, c, k) for n in range(1, 7) for c in range(n + 1) for k in range(1, n + 1)]
+    small = [Case(f"n={n}, c={c}, k={k}", (n, c, k)) for n, c, k in counts]
+    edges = [Case("n = k, none right", (8, 0, 8)), Case("n = k, one right", (8, 1, 8)), Case("all right", (16, 16, 4)),
+             Case("k = 1 is the right share", (16, 5, 1))]  # fmt: skip
+    large = [Case(f"large n: n={n}, c={c}, k={k}", (n, c, k)) for n, c, k in LARGE_PASS_AT_K]
+    bad = [Case(label, args) for label, args in BAD_PASS_AT_K.items()]
+    return [*edges, *small, *large, *bad]
+
+
+def check_05_pass_at_k(learner: Any) -> Callable[[int, int, int], float]:
+    """05.6: ``pass_at_k(n, c, k)`` against ``evaluation.stats.pass_at_k``; hands back the learner's when it agrees."""
+    exercise = "05.6 pass@k"
+    hint = (
+        "1 minus the chance that k samples drawn from the n (without putting back) are all among the n - c wrong ones; "
+        "that ratio of two binomial coefficients is a product of c factors, each 1 - k/i, so large n needs no "
+        "factorial; 1.0 when fewer than k are wrong; ValueError when k or c is outside what n allows"
+    )
+    passed = check_against_reference(exercise, learner, pass_at_k, pass_at_k_cases(), hint=hint)
+    return hand_back(exercise, passed, learner, pass_at_k, "evaluation.stats.pass_at_k")

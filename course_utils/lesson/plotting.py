@@ -273,13 +273,15 @@ def plot_stage_rates(
 
 
 def plot_speed_and_length(table: Any, title: str = "") -> Figure:
-    """Speed and length before and after training, side by side: tokens/s, problems/s, tokens per completion.
+    """Speed and length before and after training, side by side: decoding speed, seconds per problem, answer length.
 
-    ``table`` is ``compare_results(...)``. Fewer problems per second at the same tokens per second means the model
-    writes longer answers, not that it got slower per token: the two panels tell these apart.
+    ``table`` is ``compare_results(...)``. Decoding tokens/s leaves out reading the prompt (prefill), so it says
+    whether the model got slower per token written; seconds per problem says what a learner waits, and tokens per
+    completion says why the two can move apart: a model that learned to answer shorter takes fewer seconds per
+    problem at the same decoding speed.
     """
     labels = list(table.columns[:2])
-    panels = (("tokens_per_second", "tokens / s"), ("problems_per_second", "problems / s"),
+    panels = (("decode_tokens_per_second", "decoding tokens / s"), ("seconds_per_problem", "seconds / problem"),
               ("mean_completion_tokens", "tokens per completion"))  # fmt: skip
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     for ax, (metric, name) in zip(axes, panels, strict=True):

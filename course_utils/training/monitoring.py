@@ -415,10 +415,61 @@ def flat_reward_cause(log_history: Sequence[Mapping[str, Any]]) -> str:
 # --- Reward summary for the lab ---------------------------------------------------------------------
 
 
+CORRECTNESS_KEY = "rewards/correctness_reward_func/mean"
+CORRECTNESS_STD_KEY = "rewards/correctness_reward_func/std"
+
+
+def metric_fifths(log_history: Sequence[Mapping[str, Any]], key: str = "reward") -> tuple[float, float]:
+    """Mean of a logged metric over the first and the last fifth of the steps that logged it (at least one each)."""
+    values = [float(e[key]) for e in training_logs(log_history) if key in e]
+    if not values:
+        logged = sorted({k for e in training_logs(log_history) for k in e})
+        raise ValueError(f"No training step logged {key!r}: did the run log anything? Logged: {logged}")
+    n = max(1, len(values) // 5)
+    return _mean(values[:n]), _mean(values[-n:])
+
+
 def reward_fifths(log_history: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
     """Mean total reward over the first and the last fifth of the logged steps (at least one step each)."""
-    rewards = [float(e["reward"]) for e in training_logs(log_history)]
-    if not rewards:
-        raise ValueError("The log history has no training step with a 'reward': did the run log anything?")
-    n = max(1, len(rewards) // 5)
-    return _mean(rewards[:n]), _mean(rewards[-n:])
+    return metric_fifths(log_history, "reward")
+
+
+def correct_share_fifths(log_history: Sequence[Mapping[str, Any]], right: float = 2.0) -> tuple[float, float]:
+    """The share of completions the correctness reward called right, over the first and the last fifth of steps.
+
+    The lab's correctness reward pays ``right`` (2.0) or 0, so its mean over a step divided by ``right`` is the
+    share of that step's completions with the gold answer: what the lab learns to *solve*, apart from the format.
+    """
+    first, last = metric_fifths(log_history, CORRECTNESS_KEY)
+    return first / right, last / right
+
+
+def varied_correctness_share(log_history: Sequence[Mapping[str, Any]]) -> float:
+    """The share of steps whose completions were not all scored alike by the correctness reward.
+
+    With one group a step (the ``cpu`` lab), that is the share of groups the correctness reward gives any
+    advantage: ``1 - frac_reward_zero_std`` for correctness alone.
+    """
+    stds = [float(e[CORRECTNESS_STD_KEY]) for e in training_logs(log_history) if CORRECTNESS_STD_KEY in e]
+    if not stds:
+        raise ValueError(f"No training step logged {CORRECTNESS_STD_KEY!r}: is correctness_reward_func among the "
+                         "reward functions?")  # fmt: skip
+    return sum(std > 0 for std in stds) / len(stds)
+
+
+def lab_figures(log_history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """What a lab run showed, as ``make bench`` names it: reward and correct share, first fifth against last, and KL.
+
+    ``kl_last`` is the last logged ``kl`` (NaN when ``beta`` was 0 and TRL logged none).
+    """
+    reward = reward_fifths(log_history)
+    correct = correct_share_fifths(log_history)
+    kl = [float(e["kl"]) for e in training_logs(log_history) if "kl" in e]
+    return {
+        "reward_first_fifth": reward[0],
+        "reward_last_fifth": reward[1],
+        "correctness_first_fifth": correct[0],
+        "correctness_last_fifth": correct[1],
+        "correctness_varied_steps": varied_correctness_share(log_history),
+        "kl_last": kl[-1] if kl else float("nan"),
+    }

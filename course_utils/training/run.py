@@ -40,6 +40,7 @@ from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
+from course_utils.training import problem_choice
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -430,12 +431,15 @@ def training_dataset(
 ) -> Any:
     """The GRPO prompts: the first ``train_size`` GSM8K train problems, with ``prompt`` and gold ``answer``.
 
+    With ``profile.problem_list`` set, the problems of that list (``training.problem_choice``), nothing else.
     With ``profile.max_solution_steps`` set, only problems whose worked solution has at most that many steps
     (``lesson.data_checks.solution_steps``). With ``profile.max_prompt_tokens`` set, the first ``train_size``
     problems whose prompt fits (the ``tokenizer`` counts them), from the rows the warm start does not use; how
     many fit is printed.
     """
     p = get_profile(profile)
+    if p.problem_list is not None:
+        return _listed_dataset(p, folder)
     if p.max_prompt_tokens is None and p.max_solution_steps is None:
         return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
     problems = load_gsm8k("train", folder, formatted=True)
@@ -449,6 +453,17 @@ def training_dataset(
             "pass the tokenizer that counts them, training_dataset(profile, tokenizer=tokenizer)."
         )
     return _short_prompt_dataset(p, problems, tokenizer)
+
+
+def _listed_dataset(p: Profile, folder: str | Path | None) -> Any:
+    """The problems of the profile's ``problem_list`` (at most ``train_size``), in the list's order, said aloud."""
+    listing = problem_choice.load_problem_list(p.problem_list)
+    problems = load_gsm8k("train", folder, formatted=True)
+    rows = problem_choice.listed_rows(problems["question"], listing)[: p.train_size]
+    print(f"Training on the {len(rows)} problems of list {p.problem_list!r}: of {listing['screened']} problems "
+          f"screened with {listing['samples_per_problem']} samples each, the ones the warm start solved sometimes "
+          f"(data/{problem_choice.LIST_FOLDER}/{p.problem_list}.json says how it was made).")  # fmt: skip
+    return problems.select(rows)
 
 
 def _within_solution_steps(p: Profile, problems: Any) -> Any:

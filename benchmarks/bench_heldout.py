@@ -1,0 +1,117 @@
+"""Does the `cpu` lab learn to solve? One lab run, then warm start and GRPO on the same held-out problems.
+
+The held-out set is fixed before training by a rule that consults no model (``evaluation.heldout.heldout_set``:
+the first 200 GSM8K test problems, in file order). Each model is evaluated
+greedily (strict accuracy; McNemar's exact test on the problems only one of the two solves) and with 8 samples per
+problem drawn as training draws a group (pass@1, pass@8 with the unbiased estimator, maj@8; the paired difference
+of sampled pass@1 with its bootstrap interval). Prints ``name: value`` lines:
+
+- ``cpu_lab_minutes``, ``cpu_lab_correctness_first_fifth`` / ``_last_fifth`` (the share of completions the
+  correctness reward called right), ``cpu_lab_correctness_varied_steps``, ``cpu_lab_kl_last``;
+- ``heldout_problems``, ``heldout_greedy_{stage}``, ``heldout_pass1_{stage}``, ``heldout_pass8_{stage}``,
+  ``heldout_maj8_{stage}`` (each with ``_ci``), ``heldout_mcnemar_p``, ``heldout_pass1_difference`` (``_ci``).
+
+About 45 minutes on a 2-core CPU: ``make bench-heldout`` writes ``benchmarks/results_heldout.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.curves import load_warm_start_model
+from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldout_set, load_for_evaluation
+from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
+from course_utils.evaluation.stats import mcnemar_exact
+from course_utils.evaluation.tables import paired_counts
+from course_utils.training import lab, monitoring
+from course_utils.training import run as training
+
+SAMPLES = 8
+SEED = 1  # not the screening's seed 0: the held-out samples are fresh draws
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--problems", type=int, default=HELDOUT_SIZE, help="held-out test problems")
+    return parser.parse_args()
+
+
+def interval(result: Mapping[str, Any], key: str) -> str:
+    low, high = result[f"{key}_ci"]
+    return f"{low:.3f}-{high:.3f}"
+
+
+def stage_lines(stage: str, greedy: Mapping[str, Any], sampled: Mapping[str, Any]) -> list[str]:
+    """One model's held-out lines: greedy strict accuracy, sampled pass@1, pass@8 and maj@8, each with its interval."""
+    lines = [f"heldout_greedy_{stage}: {greedy['accuracy']:.3f}",
+             f"heldout_greedy_{stage}_ci: {interval(greedy, 'accuracy')}"]  # fmt: skip
+    for key, name in (("pass@1", "pass1"), (f"pass@{SAMPLES}", f"pass{SAMPLES}"), (f"maj@{SAMPLES}", f"maj{SAMPLES}")):
+        lines += [f"heldout_{name}_{stage}: {sampled[key]:.3f}",
+                  f"heldout_{name}_{stage}_ci: {interval(sampled, key)}"]  # fmt: skip
+    lines += [f"heldout_format_{stage}: {greedy['format_score']:.3f}",
+              f"heldout_mean_tokens_{stage}: {greedy['mean_completion_tokens']:.1f}"]  # fmt: skip
+    return lines
+
+
+def evaluate_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> tuple[dict, dict]:
+    """Greedy and sampled evaluation of one model, at the lab's completion length."""
+    length = profile.max_completion_length
+    greedy = evaluate_model(model, tokenizer, problems, batch_size=profile.eval_batch_size, max_new_tokens=length,
+                            progress=False)  # fmt: skip
+    sampled = evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1, SAMPLES), prompts_per_batch=4,
+                               max_new_tokens=length, temperature=profile.temperature, seed=SEED)  # fmt: skip
+    return greedy, sampled
+
+
+def main() -> None:
+    args = parse_args()
+    profile = get_profile(args.profile)
+    # A learner's first run has no saved warm start yet: time it, rather than reuse one from an earlier run
+    shutil.rmtree(training.warm_start_model_dir(training.default_run_dir(profile)), ignore_errors=True)
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
+        result = lab.run_training(profile)
+    figures = monitoring.lab_figures(result.trainer.state.log_history)
+    print(f"cpu_lab_profile: {profile.name} (beta {profile.beta}, problem_list {profile.problem_list})")
+    print(f"cpu_lab_minutes: {(time.perf_counter() - started) / 60:.1f}")
+    for name, value in figures.items():
+        print(f"cpu_lab_{name}: {value:.3f}")
+    logs = monitoring.training_logs(result.trainer.state.log_history)
+    print("cpu_lab_correct_share_per_step: " + " ".join(f"{e[monitoring.CORRECTNESS_KEY] / 2:.2f}" for e in logs))
+    print("cpu_lab_kl_per_step: " + " ".join(f"{e['kl']:.4f}" for e in logs if "kl" in e), flush=True)
+    with contextlib.redirect_stdout(sys.stderr):
+        problems = heldout_set(args.problems)
+        warm_model, tokenizer = load_warm_start_model(profile, result.run_dir)
+        grpo_model, _ = load_for_evaluation(profile)
+    print(f"heldout_problems: {len(problems)}")
+    print(f"heldout_rule: the first {len(problems)} GSM8K test problems; greedy and {SAMPLES} samples each "
+          f"(seed {SEED}), {profile.max_completion_length} new tokens", flush=True)
+    results = {}
+    for stage, model in (("warm_start", warm_model), ("grpo", grpo_model)):
+        stage_started = time.perf_counter()
+        results[stage] = evaluate_stage(model, tokenizer, problems, profile)
+        print("\n".join(stage_lines(stage, *results[stage])))
+        print(f"heldout_minutes_{stage}: {(time.perf_counter() - stage_started) / 60:.1f}", flush=True)
+    only_warm, only_grpo = paired_counts(results["warm_start"][0], results["grpo"][0])
+    print(f"heldout_greedy_only_warm_start_right: {only_warm}")
+    print(f"heldout_greedy_only_grpo_right: {only_grpo}")
+    print(f"heldout_mcnemar_p: {mcnemar_exact(only_warm, only_grpo):.4f}")
+    difference = paired_difference(results["warm_start"][1], results["grpo"][1], "pass@1")
+    low, high = difference["ci"]
+    print(f"heldout_pass1_difference: {difference['difference']:+.4f}")
+    print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}")
+
+
+if __name__ == "__main__":
+    main()
