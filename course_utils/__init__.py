@@ -16,7 +16,8 @@
     ``run`` (config, LoRA, training prompts, trainer, saving), ``warm_start`` (the supervised start before GRPO),
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
-    ``memory_measurement`` (real runs' peak memory against it), ``lab`` (the whole lab in one call).
+    ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
+    solves sometimes, listed), ``lab`` (the whole lab in one call).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
     ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k), ``metrics`` (completions scored
     against gold answers), ``tables`` (models compared on the same problems), ``heldout`` (greedy generation on
