@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.core import paths as paths_module
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 UPSTREAM = "grpo-course/grpo-course"
@@ -194,3 +196,79 @@ def test_install_cell_installs_the_course_as_on_colab(tmp_path):
         text=True,
     )
     assert fresh.stdout.strip() == str(content / "course_utils" / "__init__.py"), fresh.stderr
+
+
+# --- Google Drive carries outputs from notebook to notebook (Colab gives each its own runtime) ----------------
+
+
+def drive_stand_in(tmp_path: Path) -> Path:
+    """``google.colab`` with a ``drive.mount`` that makes the mount point's ``MyDrive`` (or refuses, when told)."""
+    if (tmp_path / "stand-ins").is_dir():
+        return tmp_path / "stand-ins"
+    stand_ins = colab_stand_in(tmp_path)
+    (stand_ins / "google" / "colab" / "drive.py").write_text(
+        '"""Stand-in for Colab\'s Drive: a folder; FAKE_DRIVE_REFUSE=1 declines the mount as a learner may."""\n'
+        "import os\nfrom pathlib import Path\n\n\n"
+        "def mount(mountpoint, force_remount=False):\n"
+        "    if os.environ.get('FAKE_DRIVE_REFUSE'):\n"
+        "        raise ValueError('mount failed')\n"
+        "    (Path(mountpoint) / 'MyDrive').mkdir(parents=True, exist_ok=True)\n"
+    )
+    return stand_ins
+
+
+def colab_runtime(tmp_path: Path, code: str, **env: str) -> str:
+    """``code`` in a fresh Python process, as a new Colab runtime: Colab's module importable, no outputs folder set."""
+    environ = {k: v for k, v in os.environ.items() if k != "COURSE_OUTPUT_DIR"}
+    environ |= {"PYTHONPATH": str(drive_stand_in(tmp_path)), "HF_HUB_OFFLINE": "1", **env}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_every_install_cell_keeps_outputs_on_drive():
+    for path in [*NOTEBOOKS, *sorted((REPO / "solutions").glob("*.ipynb"))]:
+        cell = install_cell(path)
+        assert "keep_outputs_on_drive()" in cell.split('if "google.colab" in sys.modules:')[1], path.name
+
+
+def test_weights_saved_in_one_runtime_are_read_in_the_next(tmp_path):
+    drive = tmp_path / "drive"
+    mount = f"from course_utils.core.paths import keep_outputs_on_drive; keep_outputs_on_drive({str(drive)!r})\n"
+    said = colab_runtime(tmp_path, mount + "from course_utils.lesson.rewards import save_weights\n"
+                         "print(save_weights([2.0, 0.5, 0.5, 0.5, 0.5]))")  # fmt: skip
+    assert "Outputs are kept on Google Drive" in said
+    said = colab_runtime(tmp_path, mount + "from course_utils.lesson.rewards import load_weights\nload_weights()")
+    saved = drive / "MyDrive" / "grpo-course" / "outputs" / "reward_weights.json"
+    assert f"Reward weights from {saved}: [2.0, 0.5, 0.5, 0.5, 0.5]" in said
+
+
+def test_a_trained_model_is_found_in_the_next_runtime_and_its_absence_named_with_the_fallback(tmp_path):
+    drive = tmp_path / "drive"
+    mount = f"from course_utils.core.paths import keep_outputs_on_drive; keep_outputs_on_drive({str(drive)!r})\n"
+    save = ("from course_utils.training.run import final_model_dir\n"
+            "from course_utils.training.lab import short_run_profile\n"
+            "for p in ('cpu', short_run_profile('cpu')):\n"
+            "    folder = final_model_dir(p); folder.mkdir(parents=True); (folder / 'config.json').write_text('{}')\n")
+    colab_runtime(tmp_path, mount + save)
+    find = "from course_utils.training.lab import trained_model_or_short_run\nprint(trained_model_or_short_run('cpu'))"
+    outputs = drive / "MyDrive" / "grpo-course" / "outputs"
+    assert f"Trained model found: {outputs / 'grpo-cpu' / 'final'}" in colab_runtime(tmp_path, mount + find)
+    shutil.rmtree(outputs / "grpo-cpu")  # notebook 04 did not run, or did not finish
+    said = colab_runtime(tmp_path, mount + find)
+    assert "No trained model" in said and "run notebook 04" in said
+    assert "Fallback" in said and str(outputs / "grpo-cpu-short" / "final") in said
+
+
+def test_a_declined_mount_is_said_and_the_notebook_goes_on(tmp_path):
+    code = ("import os\nfrom course_utils.core.paths import keep_outputs_on_drive\n"
+            f"print(keep_outputs_on_drive({str(tmp_path / 'drive')!r}), os.environ.get('COURSE_OUTPUT_DIR'))")
+    said = colab_runtime(tmp_path, code, FAKE_DRIVE_REFUSE="1")
+    assert "Google Drive is not mounted (mount failed)" in said and said.strip().endswith("None None")
+
+
+def test_outside_colab_nothing_is_mounted(monkeypatch):
+    monkeypatch.delenv("COURSE_OUTPUT_DIR", raising=False)
+    assert paths_module.keep_outputs_on_drive("/nonexistent") is None
+    assert "COURSE_OUTPUT_DIR" not in os.environ

@@ -40,7 +40,7 @@ def test_a_short_run_on_disk_is_reused_without_training(outputs, capsys) -> None
     (folder / "adapter_config.json").write_text("{}")
     assert trained_model_or_short_run("cpu") == (folder, True)
     said = capsys.readouterr().out
-    assert "run notebook 04" in said and "short run already on disk" in said
+    assert "run notebook 04 first" in said and "Fallback: the stand-in short run already on disk" in said
 
 
 def test_a_bad_setting_leaves_the_previous_run_on_disk(outputs, monkeypatch) -> None:

@@ -39,6 +39,35 @@ def output_dir() -> Path:
 
 
 OUTPUT_DIR_ENV_VAR = "COURSE_OUTPUT_DIR"
+DRIVE_MOUNT_POINT = "/content/drive"
+DRIVE_OUTPUT_FOLDER = "MyDrive/grpo-course/outputs"
+
+
+def keep_outputs_on_drive(mount_point: str | Path = DRIVE_MOUNT_POINT) -> Path | None:
+    """In Colab, mount Google Drive and point ``COURSE_OUTPUT_DIR`` at a folder on it; elsewhere do nothing.
+
+    Colab gives each notebook its own runtime, so ``outputs/`` (notebook 03's weights, notebook 04's model) would
+    be gone when the next notebook starts. On Drive they carry over: every notebook's install cell calls this, and
+    each notebook then reads what the earlier ones saved. A declined or failed mount is said, and the run goes on
+    with outputs kept in this runtime only.
+    """
+    try:
+        from google.colab import drive  # only in Colab: elsewhere outputs/ already lasts
+    except ImportError:
+        return None
+    try:
+        drive.mount(str(mount_point))
+    except Exception as exc:  # a declined authorisation raises whatever Colab raises
+        print(f"Google Drive is not mounted ({exc}): this notebook's outputs stay in this runtime and the next "
+              "notebooks will not find them. Run this cell again to mount it.")  # fmt: skip
+        return None
+    folder = Path(mount_point) / DRIVE_OUTPUT_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ[OUTPUT_DIR_ENV_VAR] = str(folder)
+    print(f"Outputs are kept on Google Drive in {folder}: the next notebooks find what this one saves.")
+    return folder
+
+
 def cache_dir() -> Path:
     """Materialized models live here, shared by every checkout: set by ``COURSE_CACHE_DIR``."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-course"

@@ -128,10 +128,10 @@ def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
         print(f"Trained model found: {folder}")
         return folder, False
     short = short_run_profile(profile)
-    print(f"No trained model at {final_model_dir(profile)} (run notebook 04 to make one).")
+    print(f"No trained model at {final_model_dir(profile)}: run notebook 04 first to evaluate your own run.")
     folder = find_trained_model(short)
     if folder is not None:
-        print(f"Using the short run already on disk: {folder}")
+        print(f"Fallback: the {STAND_IN_NOTE} already on disk, {folder}; it only demonstrates the method.")
         return folder, True
-    print(f"Training a short ci-sized run instead ({short.max_steps} GRPO steps); it only demonstrates the method.")
+    print(f"Fallback: training a {STAND_IN_NOTE} ({short.max_steps} GRPO steps); it only demonstrates the method.")
     return train_short_run(short), True

@@ -132,7 +132,8 @@ def load_weights(path: str | Path | None = None, default: Weights = DEFAULT_PRES
     """
     path = Path(path) if path is not None else weights_path()
     if not path.is_file():
-        print(f"No saved reward weights at {path}: using the {default!r} preset.")
+        print(f"No saved reward weights at {path}: run notebook 03's slider lab and its lab.save() cell to choose "
+              f"them. Fallback: the {default!r} preset.")  # fmt: skip
         return grpo_reward_weights(default)
     fix = "fix it, delete it, or save again with save_weights() (notebook 03)"
     try:
