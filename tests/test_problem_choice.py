@@ -102,13 +102,6 @@ def test_the_cpu_profile_trains_on_its_list_and_every_problem_is_found(gsm8k_env
     ][: len(dataset)]
 
 
-def test_the_bundled_sample_is_refused_with_the_fix(monkeypatch):
-    monkeypatch.setenv("GSM8K_DIR", "")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match=r"not in this data.*GSM8K_DIR"):
-        training.training_dataset(get_profile("cpu"))
-
-
 def logs(correct_means: list[float], correct_stds: list[float], kls: list[float] | None = None) -> list[dict]:
     history = []
     for step, (mean, std) in enumerate(zip(correct_means, correct_stds, strict=True), start=1):

@@ -175,10 +175,16 @@ def load_gsm8k(
     rows, source = _resolve_rows(split, folder)
     rows = rows[:limit] if limit is not None else rows
     dataset = Dataset.from_list([{"question": row["question"], "answer": row["answer"]} for row in rows])
-    dataset.info.description = f"GSM8K {split} from {source}"
     if verbose:
         print(f"GSM8K {split}: {len(dataset):,} rows from {source}")
-    return format_gsm8k(dataset) if formatted else dataset
+    dataset = format_gsm8k(dataset) if formatted else dataset
+    dataset.info.description = f"GSM8K {split} from {source}"
+    return dataset
+
+
+def from_bundled_sample(dataset: Any) -> bool:
+    """Whether ``load_gsm8k`` found these rows in the bundled sample (a few dozen problems), not real GSM8K."""
+    return f" from {LoadedFrom('sample', '')}" in (getattr(dataset.info, "description", "") or "")
 
 
 def train_val_split(dataset: Any, val_fraction: float = 0.2, seed: int = 42) -> Any:

@@ -35,7 +35,7 @@ from trl import GRPOConfig, GRPOTrainer
 from course_utils.core.hardware import cpu_precision, cuda_available
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.data import from_bundled_sample, load_gsm8k
 from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
@@ -437,12 +437,12 @@ def training_dataset(
     problems whose prompt fits (the ``tokenizer`` counts them), from the rows the warm start does not use; how
     many fit is printed.
     """
-    p = get_profile(profile)
-    if p.problem_list is not None:
-        return _listed_dataset(p, folder)
-    if p.max_prompt_tokens is None and p.max_solution_steps is None:
-        return load_gsm8k("train", folder, formatted=True, limit=p.train_size)
     problems = load_gsm8k("train", folder, formatted=True)
+    p = fit_to_data(get_profile(profile), problems)
+    if p.problem_list is not None:
+        return _listed_dataset(p, problems)
+    if p.max_prompt_tokens is None and p.max_solution_steps is None:
+        return problems.select(range(min(p.train_size, len(problems))))
     problems = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))  # the warm start's rows left out
     problems = _within_solution_steps(p, problems)
     if p.max_prompt_tokens is None:
@@ -455,10 +455,28 @@ def training_dataset(
     return _short_prompt_dataset(p, problems, tokenizer)
 
 
-def _listed_dataset(p: Profile, folder: str | Path | None) -> Any:
+def fit_to_data(p: Profile, train_rows: Any) -> Profile:
+    """``p`` as it fits the data: unchanged for GSM8K; shrunk to the bundled sample's rows, said in one line.
+
+    The sample (a few dozen problems, for offline rooms) holds fewer rows than a profile's warm start and GRPO
+    prompts: the warm start then takes a third of them, GRPO the rest, and no problem list applies (its problems
+    come from GSM8K). Other data too small for the profile stays an error (``warm_start_dataset``).
+    """
+    needed = p.train_size + p.warm_start_examples
+    if not from_bundled_sample(train_rows) or (len(train_rows) >= needed and p.problem_list is None):
+        return p
+    warm = min(p.warm_start_examples, len(train_rows) // 3)
+    train_size = min(p.train_size, len(train_rows) - warm)
+    fitted = p.override(warm_start_examples=warm, train_size=train_size, problem_list=None)
+    print(f"The bundled sample has {len(train_rows)} train problems (profile {p.name!r} wants {needed}"
+          f"{f', from list {p.problem_list!r}' if p.problem_list else ''}): the warm start takes {warm} of them and "
+          f"GRPO up to {fitted.train_size}. For the full lab, point GSM8K_DIR at OpenAI's GSM8K files.")  # fmt: skip
+    return fitted
+
+
+def _listed_dataset(p: Profile, problems: Any) -> Any:
     """The problems of the profile's ``problem_list`` (at most ``train_size``), in the list's order, said aloud."""
     listing = problem_choice.load_problem_list(p.problem_list)
-    problems = load_gsm8k("train", folder, formatted=True)
     rows = problem_choice.listed_rows(problems["question"], listing)[: p.train_size]
     print(f"Training on the {len(rows)} problems of list {p.problem_list!r}: of {listing['screened']} problems "
           f"screened with {listing['samples_per_problem']} samples each, the ones the warm start solved sometimes "

@@ -29,6 +29,7 @@ from course_utils.training.run import (
     WARM_START_DIRNAME,
     WARM_START_MARKER,
     default_run_dir,
+    fit_to_data,
     make_lora_config,
     precision_flags,
     warm_start_model_dir,
@@ -60,6 +61,7 @@ def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path 
     if p.warm_start_examples < 1:
         raise ValueError(f"Profile {p.name!r} has warm_start_examples={p.warm_start_examples}: no warm start to build.")
     raw = load_gsm8k("train", folder, verbose=False)
+    p = fit_to_data(p, raw)
     if len(raw) < p.train_size + p.warm_start_examples:
         raise ValueError(
             f"GSM8K train has {len(raw)} rows, fewer than train_size + warm_start_examples = "
