@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -72,6 +72,18 @@ test: lint
 test-slow: setup
 	$(CI_ENV) $(PY) -m pytest -q --durations=15 -m "multiprocess or measurement or long" tests
 
+# Notebook 03's slider lab in a real browser (scripts/browser_test.py): JupyterLab on a temporary copy of the
+# notebooks, Debian's Chromium driven by Playwright moves each weight slider, the preset and the lenient/strict
+# toggle and checks every redraw, then runs notebook 04's first cells; screenshots in build/browser/. Installs
+# Debian's chromium (apt) and the pinned playwright (pip) when missing; never `playwright install` (no download).
+PLAYWRIGHT_VERSION := $(shell sed -n 's/^playwright==//p' $(CONSTRAINTS))
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+test-browser: setup
+	@test -x /usr/bin/chromium || { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	@$(PY) -c 'import importlib.metadata as m, sys; sys.exit(m.version("playwright") != "$(PLAYWRIGHT_VERSION)")' 2>/dev/null \
+	  || $(PY) -m pip install -q -c $(CONSTRAINTS) "playwright==$(PLAYWRIGHT_VERSION)"
+	$(CI_ENV) $(PY) scripts/browser_test.py
+
 # Move the pins forward: the newest versions pyproject.toml allows, written to constraints.txt; then `make test`
 pins: $(STAMP)
 	$(PY) -m pip install -q --upgrade --upgrade-strategy eager "$(TORCH_SPEC)" -e ".[dev,gpu]" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
@@ -112,6 +124,14 @@ bench-heldout: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py benchmarks/bench_heldout.py; do echo "# $$script"; \
 	  COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_HELDOUT_RESULTS).new
 	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
+
+# The course to look at before running it (scripts/render_course.py): every complete notebook executed under
+# RENDER_PROFILE into rendered/ (committed with its outputs, headed by the machine and date), and build/site/ as
+# HTML pages with an index. About 40 minutes under cpu on 2 cores; `--only 03` renders one notebook.
+RENDER_PROFILE ?= cpu
+RENDER_ARGS ?=
+render: setup
+	HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR) $(PY) scripts/render_course.py --profile $(RENDER_PROFILE) $(RENDER_ARGS)
 
 # Notebook 07's full table: every GRPO variant x 2 seeds, then the reward hack and its fix (hours on 2 cores);
 # VARIANTS_ARGS="--steps 10" shortens every run alike. Writes benchmarks/variants.* and benchmarks/hack.*.
