@@ -142,7 +142,8 @@ def _short_name(reward_name: str) -> str:
 def weight_sliders(weights: Sequence[float]) -> dict[str, widgets.FloatSlider]:
     """One slider per reward (in ``REWARD_NAMES`` order), starting at ``weights``."""
     return {
-        name: widgets.FloatSlider(value=w, min=0.0, max=SLIDER_MAX, step=SLIDER_STEP, description=_short_name(name))
+        name: widgets.FloatSlider(value=w, min=0.0, max=SLIDER_MAX, step=SLIDER_STEP, description=_short_name(name),
+                                  style={"description_width": "initial"})  # the whole name: "strict_format"
         for name, w in zip(REWARD_NAMES, weights, strict=True)
     }
 
@@ -158,8 +159,9 @@ class LabView:
         self.verdict = widgets.HTML()
         self.config_line = widgets.HTML()
         self.table = widgets.HTML()
-        self.totals_plot = widgets.Image(format="png")
-        self.advantages_plot = widgets.Image(format="png")
+        # each plot half the output's width: side by side at their natural size they overflow a notebook's column
+        self.totals_plot = widgets.Image(format="png", layout=widgets.Layout(width="50%", height="auto"))
+        self.advantages_plot = widgets.Image(format="png", layout=widgets.Layout(width="50%", height="auto"))
 
     def show(self, result: LabResult) -> None:
         """Redraw every output from ``result``."""
