@@ -1,4 +1,4 @@
-"""The bundled sample serves an offline room: every profile's data fits it, shrunk and said, and the `cpu` warm start runs.
+"""The bundled sample serves an offline room: every profile fits it, shrunk and said; the `cpu` warm start runs.
 
 With no ``GSM8K_DIR`` and the Hub offline, ``load_gsm8k`` reads ``data/gsm8k_sample.jsonl`` (48 train problems). A
 profile that wants more (the `cpu` lab: 256 prompts + 32 warm-start examples, from a problem list made on GSM8K)
