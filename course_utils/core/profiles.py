@@ -238,6 +238,7 @@ PROFILES: dict[str, Profile] = {
         eval_size=200,
         eval_batch_size=32,
         eval_max_new_tokens=512,
+        pass_k_problems=50,  # 50 x 8 samples x 3 models of up to 512 tokens: minutes on a T4, not an hour
     ),
     "gpu": Profile(
         name="gpu",
