@@ -204,7 +204,7 @@ def _template_length(tokenizer, messages) -> int:
 
 def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offline_model_and_tokenizer, capsys):
     _, tokenizer = offline_model_and_tokenizer
-    profile = get_profile("cpu").override(train_size=40, max_prompt_tokens=78)
+    profile = get_profile("cpu").override(problem_list=None, train_size=40, max_prompt_tokens=78)
     train = training.training_dataset(profile, tokenizer=tokenizer)
     assert "training on the first 40 problems that fit" in capsys.readouterr().out
     # Independently: walk the raw train file in order and keep the questions whose prompt fits
@@ -224,7 +224,7 @@ def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offl
 def test_prompt_cap_picks_the_same_problems_in_any_block_size(gsm8k_env, offline_model_and_tokenizer, monkeypatch):
     """Prompts are measured a block at a time: blocks of 7 rows (the last kept row mid-block) pick the same rows."""
     _, tokenizer = offline_model_and_tokenizer
-    profile = get_profile("cpu").override(train_size=12, max_prompt_tokens=80)
+    profile = get_profile("cpu").override(problem_list=None, train_size=12, max_prompt_tokens=80)
     one_block = training.training_dataset(profile, tokenizer=tokenizer)
     monkeypatch.setattr(training, "PROMPT_BLOCK_ROWS", 7)
     small_blocks = training.training_dataset(profile, tokenizer=tokenizer)
@@ -233,7 +233,7 @@ def test_prompt_cap_picks_the_same_problems_in_any_block_size(gsm8k_env, offline
 
 def test_prompt_cap_needs_a_tokenizer_and_a_reachable_cap(gsm8k_env, offline_model_and_tokenizer):
     _, tokenizer = offline_model_and_tokenizer
-    capped = get_profile("cpu").override(train_size=8, max_prompt_tokens=80)
+    capped = get_profile("cpu").override(problem_list=None, train_size=8, max_prompt_tokens=80)
     with pytest.raises(ValueError, match="pass the tokenizer"):
         training.training_dataset(capped)
     with pytest.raises(ValueError, match=r"No GSM8K train prompt has at most 20 tokens.*the shortest has \d+"):
@@ -242,7 +242,7 @@ def test_prompt_cap_needs_a_tokenizer_and_a_reachable_cap(gsm8k_env, offline_mod
 
 def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tokenizer):
     _, tokenizer = offline_model_and_tokenizer
-    profile = get_profile("cpu").override(train_size=5000, max_prompt_tokens=72)
+    profile = get_profile("cpu").override(problem_list=None, train_size=5000, max_prompt_tokens=72)
     with pytest.warns(UserWarning, match="fewer than train_size=5000"):
         train = training.training_dataset(profile, tokenizer=tokenizer)
     assert 0 < len(train) < 5000
@@ -252,7 +252,8 @@ def test_solution_steps_keep_the_easier_problems_in_file_order(
     gsm8k_env, gsm8k_dir, offline_model_and_tokenizer, capsys
 ):
     _, tokenizer = offline_model_and_tokenizer
-    profile = get_profile("cpu").override(train_size=30, max_solution_steps=2, max_prompt_tokens=None)
+    profile = get_profile("cpu").override(problem_list=None, train_size=30, max_solution_steps=2,
+                                          max_prompt_tokens=None)  # fmt: skip
     train = training.training_dataset(profile, tokenizer=tokenizer)
     assert "Problems of at most 2 solution steps:" in capsys.readouterr().out
     expected = []  # independently: the raw file in order, counting the lines before ####

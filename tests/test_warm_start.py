@@ -45,9 +45,12 @@ def test_no_warm_start_is_an_error():
         warm_start_dataset(get_profile("ci").override(warm_start_examples=0))
 
 
-def test_warm_start_dataset_needs_enough_rows(monkeypatch, tmp_path):
-    monkeypatch.delenv("GSM8K_DIR", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the bundled sample: 48 train rows
+def test_warm_start_dataset_needs_enough_rows(monkeypatch, tmp_path, gsm8k_dir):
+    """Real data too small for the profile is an error (the bundled sample shrinks the profile instead)."""
+    for split in ("train", "test"):
+        rows = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:40]
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(rows) + "\n")
+    monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
     with pytest.raises(ValueError, match="fewer than train_size \\+ warm_start_examples"):
         warm_start_dataset(get_profile("ci").override(train_size=40, warm_start_examples=16))
 
