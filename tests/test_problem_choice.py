@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from course_utils.core.profiles import get_profile
+from course_utils.core.profiles import PROFILES, get_profile
 from course_utils.evaluation.sampling import problem_record
 from course_utils.training import problem_choice
 from course_utils.training import run as training
@@ -83,19 +83,27 @@ def test_a_file_that_is_no_list_is_refused(tmp_path, monkeypatch):
         problem_choice.load_problem_list("broken")
 
 
-def test_the_cpu_list_records_how_it_was_made_and_holds_problems_solved_sometimes():
-    listing = problem_choice.load_problem_list("cpu")
+LISTED_PROFILES = sorted(name for name, profile in PROFILES.items() if profile.problem_list)
+
+
+def test_the_offline_labs_name_their_lists():
+    assert LISTED_PROFILES == ["cpu", "cpu-long"]
+
+
+@pytest.mark.parametrize("name", LISTED_PROFILES)
+def test_each_list_records_how_it_was_made_and_holds_problems_solved_sometimes(name):
+    listing = problem_choice.load_problem_list(get_profile(name).problem_list)
     assert "scripts/choose_problems.py" in listing["made_by"] and "--screen" in listing["made_by"]
     samples = listing["samples_per_problem"]
     assert all(0 < p["correct_samples"] < samples for p in listing["problems"])
     assert len(listing["problems"]) <= listing["screened"]
 
 
-def test_the_cpu_profile_trains_on_its_list_and_every_problem_is_found(gsm8k_env):
-    profile = get_profile("cpu")
-    assert profile.problem_list == "cpu"
+@pytest.mark.parametrize("name", LISTED_PROFILES)
+def test_each_listed_profile_trains_on_its_list_and_every_problem_is_found(gsm8k_env, name):
+    profile = get_profile(name)
     dataset = training.training_dataset(profile)
-    listing = problem_choice.load_problem_list("cpu")
+    listing = problem_choice.load_problem_list(profile.problem_list)
     assert len(dataset) == min(profile.train_size, len(listing["problems"]))
     assert [problem_choice.question_key(q) for q in dataset["question"]] == [
         p["key"] for p in listing["problems"]
