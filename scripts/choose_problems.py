@@ -65,7 +65,7 @@ def bucket_lines(step: int, result: dict) -> list[str]:
     """The ``name: value`` lines of one bucket."""
     records = result["records"]
     samples = result["samples"]
-    sometimes = sum(0 < r["correct_samples"] < samples for r in records) / len(records)
+    sometimes = len(problem_choice.sometimes_solved(records)) / len(records)
     return [
         f"steps_{step}_problems: {len(records)}",
         f"steps_{step}_pass1: {result['pass@1']:.3f}",

@@ -16,7 +16,7 @@ def test_buckets_take_the_first_problems_of_each_step_count_in_order(choose):
 
 
 def test_bucket_lines_say_how_often_a_group_is_solved_sometimes(choose):
-    records = [{"correct_samples": c} for c in (0, 3, 8, 1)]
+    records = [{"samples": 8, "correct_samples": c} for c in (0, 3, 8, 1)]  # as evaluation.sampling writes them
     lines = choose.bucket_lines(2, {"records": records, "samples": 8, "pass@1": 0.375, "pass@8": 0.5})
     assert "steps_2_solved_sometimes: 0.500" in lines and "steps_2_correctness_zero_std: 0.500" in lines
     assert "steps_2_pass8: 0.500" in lines and "steps_2_problems: 4" in lines
