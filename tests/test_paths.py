@@ -169,6 +169,8 @@ def test_without_figures_the_description_names_the_command_that_measures_them(mo
     assert "run `make bench`" in paths.describe_bench_figures(["eval_speedup"])
     monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
     assert "run `make bench-heldout`" in paths.describe_bench_figures(["heldout_pass1_grpo"], "results_heldout")
+    long_lab = paths.describe_bench_figures(["heldout_pass1_grpo"], "results_heldout_cpu_long")
+    assert "run `make bench-heldout HELDOUT_PROFILE=cpu-long`" in long_lab
 
 
 def test_an_unknown_results_file_is_refused_with_the_known_ones():
