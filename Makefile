@@ -119,13 +119,16 @@ bench-long: setup
 
 # Does the cpu lab learn to solve? One lab run, then warm start and GRPO on 200 held-out test problems, greedy and
 # 8 samples each (about 45 minutes on 2 cores): benchmarks/bench_heldout.py, written to $(BENCH_HELDOUT_RESULTS)
-# `make bench-heldout HELDOUT_PROFILE=cpu-long` measures the 30-minute lab instead (about 65 minutes), written to
-# benchmarks/results_heldout_cpu_long.txt
+# `make bench-heldout HELDOUT_PROFILE=cpu-long` measures the 30-minute lab instead (about 40 minutes), written to
+# benchmarks/results_heldout_cpu_long.txt; HELDOUT_SEED=1 trains GRPO with another seed (same warm start), written
+# to a file ending in _seed1
 HELDOUT_PROFILE ?= cpu
-BENCH_HELDOUT_RESULTS ?= benchmarks/results_heldout$(if $(filter-out cpu,$(HELDOUT_PROFILE)),_$(subst -,_,$(HELDOUT_PROFILE))).txt
+HELDOUT_SEED ?=
+BENCH_HELDOUT_RESULTS ?= benchmarks/results_heldout$(if $(filter-out cpu,$(HELDOUT_PROFILE)),_$(subst -,_,$(HELDOUT_PROFILE)))$(if $(HELDOUT_SEED),_seed$(HELDOUT_SEED)).txt
 bench-heldout: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py benchmarks/bench_heldout.py; do echo "# $$script"; \
 	  COURSE_PROFILE=$(HELDOUT_PROFILE) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script --profile $(HELDOUT_PROFILE) \
+	  $(if $(HELDOUT_SEED),--seed $(HELDOUT_SEED)) \
 	  || exit 1; done | tee $(BENCH_HELDOUT_RESULTS).new
 	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
 

@@ -61,3 +61,22 @@ def test_a_bad_setting_leaves_the_previous_run_on_disk(outputs, monkeypatch) -> 
     with pytest.raises(ValueError, match="refuses"):
         lab.run_training(profile)
     assert loaded and earlier.is_dir(), "the previous run's checkpoint is still there"
+
+
+def test_config_overrides_reach_the_grpo_config_and_a_wrong_name_stops_before_loading(outputs, monkeypatch) -> None:
+    """``run_training(profile, seed=1)``: the same warm start, another GRPO run (bench-heldout's HELDOUT_SEED)."""
+    profile = get_profile("ci").override(warm_start_examples=0)
+    loaded, configs = [], []
+    monkeypatch.setattr(lab, "load_model_for_training", lambda p: loaded.append(p) or (object(), object()))
+    with pytest.raises(ValueError, match=r"GRPOConfig has no field\(s\) \['sede'\]"):
+        lab.run_training(profile, sede=1)
+    assert not loaded, "a misspelt field stops the run before the model is loaded"
+
+    def capture(model, tokenizer, p, config, callbacks):
+        configs.append(config)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(lab, "build_trainer", capture)
+    with pytest.raises(RuntimeError, match="captured"):
+        lab.run_training(profile, seed=7)
+    assert configs[0].seed == 7 and configs[0].num_generations == profile.num_generations

@@ -47,16 +47,18 @@ def run_training(
     profile: Profile | str | None = None,
     callbacks: Iterable[TrainerCallback] = (),
     before_train: Any = None,
+    **config_overrides: Any,
 ) -> RunResult:
     """The whole of notebook 04 in one call (fresh run): load, warm start, train, save artifacts and model.
 
     For scripts and the benchmark; the notebook runs the same steps one cell at a time. ``before_train``
-    is called with the trainer just before training (to instrument it, say). The config, the model and the
+    is called with the trainer just before training (to instrument it, say); ``config_overrides`` replace
+    ``GRPOConfig`` fields (``seed=1``: the same warm start, another GRPO run). The config, the model and the
     trainer are all built (and so checked) before the previous run's outputs are deleted: a bad setting stops
     the run with the previous one still on disk. The config comes first, so it fails before the warm start.
     """
     p = get_profile(profile)
-    config = make_grpo_config(p)
+    config = make_grpo_config(p, **config_overrides)
     started = time.perf_counter()
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:

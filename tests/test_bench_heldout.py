@@ -1,0 +1,41 @@
+"""benchmarks/bench_heldout.py's lines: each model's held-out figures, strict and lenient, with intervals."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_heldout.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_heldout", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def greedy(accuracy: float, lenient: float) -> dict:
+    return {"accuracy": accuracy, "accuracy_ci": (accuracy / 2, accuracy * 2), "lenient_accuracy": lenient,
+            "format_score": 0.5, "mean_completion_tokens": 24.0}  # fmt: skip
+
+
+def sampled(pass1: float, pass8: float, maj8: float) -> dict:
+    figures = {"pass@1": pass1, "pass@8": pass8, "maj@8": maj8}
+    return {**figures, **{f"{key}_ci": (value / 2, value * 2) for key, value in figures.items()}}
+
+
+def test_stage_lines_give_greedy_strict_and_lenient_then_the_sampled_rates(bench):
+    lines = bench.stage_lines("grpo", greedy(0.04, 0.06), sampled(0.027, 0.145, 0.03))
+    values = dict(line.split(": ", 1) for line in lines)
+    assert values["heldout_greedy_grpo"] == "0.040" and values["heldout_greedy_grpo_ci"] == "0.020-0.080"
+    assert values["heldout_lenient_grpo"] == "0.060"
+    assert values["heldout_pass1_grpo"] == "0.027" and values["heldout_pass8_grpo"] == "0.145"
+    assert values["heldout_maj8_grpo_ci"] == "0.015-0.060"
+    assert values["heldout_mean_tokens_grpo"] == "24.0"
+
