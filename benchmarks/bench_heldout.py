@@ -93,7 +93,8 @@ def main() -> None:
     for name, value in figures.items():
         print(f"cpu_lab_{name}: {value:.3f}")
     logs = monitoring.training_logs(result.trainer.state.log_history)
-    print("cpu_lab_correct_share_per_step: " + " ".join(f"{e[monitoring.CORRECTNESS_KEY] / 2:.2f}" for e in logs))
+    shares = monitoring.correct_share_per_step(result.trainer.state.log_history)
+    print("cpu_lab_correct_share_per_step: " + " ".join(f"{share:.2f}" for share in shares))
     print("cpu_lab_kl_per_step: " + " ".join(f"{e['kl']:.4f}" for e in logs if "kl" in e), flush=True)
     with contextlib.redirect_stdout(sys.stderr):
         problems = heldout_set(args.problems)

@@ -176,3 +176,15 @@ def test_without_figures_the_description_names_the_command_that_measures_them(mo
 def test_an_unknown_results_file_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown results file 'result'.*results_heldout"):
         paths.bench_results_path("result")
+
+
+def test_a_series_line_is_read_as_numbers_and_a_missing_one_as_none_yet(monkeypatch, tmp_path):
+    results = tmp_path / "results.txt"
+    results.write_text("machine_cpu: Some CPU\ncpu_lab_correct_share_per_step: 0.00 0.12 0.25\nbroken: 0.1 x\n")
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(results))
+    assert paths.bench_series("cpu_lab_correct_share_per_step") == [0.0, 0.12, 0.25]
+    assert paths.bench_series("cpu_lab_kl_per_step") == []
+    with pytest.raises(ValueError, match=r"broken should be numbers.*'0.1 x'.*make bench"):
+        paths.bench_series("broken")
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(tmp_path / "absent.txt"))
+    assert paths.bench_series("cpu_lab_correct_share_per_step") == []

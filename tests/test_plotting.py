@@ -156,3 +156,22 @@ def test_before_after_rates_are_titled_with_the_two_models_drawn():
     )  # fmt: skip
     ax = plotting.plot_before_after_rates(table).axes[0]
     assert ax.get_title() == "base and trained" and len(ax.patches) == 2
+
+
+def test_correct_share_curves_are_trailing_means_over_the_window():
+    fig = plotting.plot_correct_share_curves({"short": [0.0, 0.25, 0.5], "long": [0.125] * 5}, window=2)
+    short, long = fig.axes[0].lines
+    assert np.allclose(short.get_ydata(), [0.0, 0.125, 0.375]) and list(short.get_xdata()) == [1, 2, 3]
+    assert np.allclose(long.get_ydata(), [0.125] * 5)
+    assert "short (3 steps)" in [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+
+
+@pytest.mark.parametrize(("curves", "window", "message"), [
+    ({}, 10, "at least one step"),
+    ({"run": []}, 10, "at least one step"),
+    ({"run": [0.1]}, 0, "window must be a whole number"),
+    ({"run": [0.1]}, 2.5, "window must be a whole number"),
+])  # fmt: skip
+def test_correct_share_curves_refuse_empty_runs_and_bad_windows(curves, window, message):
+    with pytest.raises(ValueError, match=message):
+        plotting.plot_correct_share_curves(curves, window=window)

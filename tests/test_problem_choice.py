@@ -13,6 +13,7 @@ from course_utils.training import problem_choice
 from course_utils.training import run as training
 from course_utils.training.monitoring import (
     correct_share_fifths,
+    correct_share_per_step,
     lab_figures,
     metric_fifths,
     varied_correctness_share,
@@ -125,6 +126,13 @@ def test_correct_share_is_the_correctness_mean_over_its_two_points_by_fifth():
     history = logs([0.0] * 5 + [0.5] * 5, [0.0] * 10)
     assert correct_share_fifths(history) == (0.0, 0.25)
     assert metric_fifths(history, "reward") == (1.0, 1.5)
+
+
+def test_correct_share_per_step_is_each_steps_correctness_mean_over_two_points():
+    history = [*logs([0.0, 0.25, 0.5], [0.0, 0.7, 0.9]), {"train_runtime": 12.0, "step": 3}]
+    assert correct_share_per_step(history) == [0.0, 0.125, 0.25]
+    with pytest.raises(ValueError, match="correctness_reward_func among the reward functions"):
+        correct_share_per_step([{"step": 1, "reward": 1.0}])
 
 
 def test_varied_correctness_counts_steps_with_any_spread():

@@ -115,6 +115,18 @@ def bench_figures(names: list[str] | tuple[str, ...], results: str = "results") 
     return figures
 
 
+def bench_series(name: str, results: str = "results") -> list[float]:
+    """The numbers of one ``name: v1 v2 ...`` line (a per-step series); empty before the file or the line exists."""
+    value = bench_figures([name], results).get(name)
+    if value is None:
+        return []
+    try:
+        return [float(item) for item in value.split()]
+    except ValueError as error:
+        raise ValueError(f"{bench_results_path(results)}: {name} should be numbers separated by spaces, got "
+                         f"{value[:60]!r}; write the file again with `{BENCH_FILES[results]}`") from error  # fmt: skip
+
+
 def describe_bench_figures(names: list[str] | tuple[str, ...], results: str = "results") -> str:
     """The figures as ``name: value`` lines, the machine's lines first, or how to measure them here."""
     machine = ("measured_on", "machine_cpu", "machine_cpu_family_model", "cpu_capability", "cpu_precision_path")

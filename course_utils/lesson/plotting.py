@@ -294,6 +294,30 @@ def plot_speed_and_length(table: Any, title: str = "") -> Figure:
     return fig
 
 
+def plot_correct_share_curves(curves: Mapping[str, list[float]], window: int = 10, title: str = "") -> Figure:
+    """Each run's share of right completions per step, as a trailing mean over ``window`` steps.
+
+    One step of the CPU labs is one group of 8, so a single step reads 0, 1/8 or 2/8: the mean over several steps
+    is what can rise. Runs of different lengths share the step axis, so a longer lab shows where a shorter one stops.
+    """
+    if not curves or not all(len(shares) for shares in curves.values()):
+        raise ValueError(f"each curve needs at least one step's share, got {({k: len(v) for k, v in curves.items()})}")
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be a whole number of steps >= 1, got {window!r}")
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for label, shares in curves.items():
+        values = np.asarray(shares, dtype=float)
+        sums = np.cumsum(np.insert(values, 0, 0.0))
+        starts = np.maximum(np.arange(1, len(values) + 1) - window, 0)
+        means = (sums[1:] - sums[starts]) / (np.arange(1, len(values) + 1) - starts)
+        ax.plot(np.arange(1, len(values) + 1), means, label=f"{label} ({len(values)} steps)")
+    ax.set(xlabel="step", ylabel=f"right answers (mean of {window} steps)", ylim=(0, None))
+    ax.legend(fontsize=8)
+    ax.set_title(title or "Does the share of right answers rise during training?")
+    fig.tight_layout()
+    return fig
+
+
 # --- 06 troubleshooting ------------------------------------------------------------------------------
 
 

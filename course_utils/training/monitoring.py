@@ -444,6 +444,15 @@ def correct_share_fifths(log_history: Sequence[Mapping[str, Any]], right: float 
     return first / right, last / right
 
 
+def correct_share_per_step(log_history: Sequence[Mapping[str, Any]], right: float = 2.0) -> list[float]:
+    """Each logged step's share of completions the correctness reward called right (its mean over ``right``)."""
+    shares = [float(e[CORRECTNESS_KEY]) / right for e in training_logs(log_history) if CORRECTNESS_KEY in e]
+    if not shares:
+        raise ValueError(f"No training step logged {CORRECTNESS_KEY!r}: is correctness_reward_func among the "
+                         "reward functions?")  # fmt: skip
+    return shares
+
+
 def varied_correctness_share(log_history: Sequence[Mapping[str, Any]]) -> float:
     """The share of steps whose completions were not all scored alike by the correctness reward.
 
