@@ -8,8 +8,18 @@ import torch
 from course_utils.exercises import comparison
 
 
-def test_close_to_handles_non_numbers():
-    assert comparison.close_to("3.0", 3) and not comparison.close_to("three", 3) and not comparison.close_to(None, 3)
+def test_close_to_takes_numbers_only():
+    """A string or a bool is not a number, however it reads: the answer is used as a number later."""
+    assert comparison.close_to(3.0, 3) and comparison.close_to(3, 3)
+    for not_a_number in ("3.0", "three", None, True, float("nan"), [3.0]):
+        assert not comparison.close_to(not_a_number, 3 if not_a_number is not True else 1), not_a_number
+
+
+@pytest.mark.parametrize("answer", ["16", "1.5", False, True])
+def test_report_number_names_the_kind_expected(answer, capsys):
+    assert not comparison.report_number("00.0 value", answer, float(answer), "hint")
+    assert "a number was expected (an int or a float, no quotes)" in capsys.readouterr().out
+
 
 # --- comparing a learner's function with the reference ------------------------------------------------
 
@@ -146,7 +156,8 @@ def test_differences_inside_containers_name_the_place():
 @pytest.mark.parametrize(
     ("expected", "got", "same"),
     [
-        (torch.tensor([1.0, 2.0]), [1.0, 2.0 + 1e-7], True),
+        (torch.tensor([1.0, 2.0]), [1.0, 2.0], False),  # the next cells call tensor methods on it
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 1e-7]), True),
         (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.1]), False),
         (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0]), False),
         (torch.tensor([1.0]), "one", False),

@@ -112,6 +112,37 @@ def test_01_1_wrong_advantages_fail(wrong, capsys, trl_once):
     assert "❌ 01.1 group advantages: differs from the reference" in capsys.readouterr().out
 
 
+def as_list(rewards, n):  # right values, but cell 7 calls .round on them
+    return group_advantages(rewards, n).flatten().tolist()
+
+
+def as_numpy(rewards, n):
+    return group_advantages(rewards, n).numpy()
+
+
+def as_integers(rewards, n):
+    return group_advantages(rewards, n).round().long()
+
+
+def one_row_per_group(rewards, n):
+    return group_advantages(rewards, n).view(-1, n)
+
+
+WRONG_KINDS = [as_list, as_numpy, as_integers, one_row_per_group]
+
+
+@pytest.mark.parametrize("wrong", WRONG_KINDS, ids=lambda f: f.__name__)
+def test_01_1_right_numbers_of_the_wrong_kind_fail_and_say_what_the_next_cells_need(wrong, capsys, trl_once):
+    assert nb01.check_01_advantages(wrong) is group_advantages
+    out = capsys.readouterr().out
+    assert "❌ 01.1 group advantages" in out and "the reference returns a float32 tensor of shape" in out
+
+
+def test_01_1_a_list_is_named_as_a_list(capsys, trl_once):
+    nb01.check_01_advantages(as_list)
+    assert "yours returns a list: the next cells call tensor methods" in capsys.readouterr().out
+
+
 def test_01_1_the_package_s_own_function_is_not_an_answer(capsys):
     assert nb01.check_01_advantages(group_advantages) is group_advantages
     assert "that is the package's own" in capsys.readouterr().out
@@ -175,7 +206,31 @@ def sequence_sum_then_mean(logps, old, adv, mask, epsilon=0.2):
     return per_token(logps, old, adv, mask, epsilon).sum(dim=1).mean()
 
 
+def as_item(logps, old, adv, mask, epsilon=0.2):  # right number, but loss.backward() fails on a float
+    return token_mean(logps, old, adv, mask, epsilon).item()
+
+
+def detached(logps, old, adv, mask, epsilon=0.2):
+    return token_mean(logps, old, adv, mask, epsilon).detach()
+
+
+def rebuilt(logps, old, adv, mask, epsilon=0.2):
+    return torch.tensor(token_mean(logps, old, adv, mask, epsilon).item(), requires_grad=True)
+
+
+def as_float(logps, old, adv, mask, epsilon=0.2):
+    return float(token_mean(logps, old, adv, mask, epsilon).detach())
+
+
+def sequence_mean_item(logps, old, adv, mask, epsilon=0.2):
+    return sequence_mean(logps, old, adv, mask, epsilon).item()
+
+
 WRONG_DAPO = [
+    as_item,
+    detached,
+    rebuilt,
+    as_float,
     sequence_mean,  # per-completion mean where the default "dapo" is asked
     no_mask,
     masked_sum,
@@ -187,6 +242,7 @@ WRONG_DAPO = [
     unreduced,
 ]
 WRONG_GRPO = [
+    sequence_mean_item,
     token_mean,  # one token mean for the batch where the per-completion mean is asked
     no_mask,
     sequence_mean_without_mask_count,
@@ -214,6 +270,12 @@ def test_01_2_stub_reads_not_answered_and_the_package_takes_over(capsys):
 def test_01_2_wrong_losses_fail(wrong, capsys, trl_once):
     assert nb01.check_01_policy_loss(wrong) is nb01.dapo_policy_loss
     assert "❌ 01.2 clipped loss (dapo)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [as_item, detached, rebuilt, as_float], ids=lambda f: f.__name__)
+def test_01_2_a_loss_without_the_gradient_fails_and_names_backward(wrong, capsys, trl_once):
+    assert nb01.check_01_policy_loss(wrong) is nb01.dapo_policy_loss
+    assert "loss.backward()" in capsys.readouterr().out
 
 
 def test_01_2_a_right_loss_written_another_way_passes(trl_once):
@@ -271,10 +333,21 @@ def test_01_3_wrong_values_fail(wrong, capsys):
     assert "❌ 01.3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong", [1, 0.25, 4, 0.0])  # groups not completions, one of four groups, a count, none
-def test_01_4_wrong_values_fail(wrong, capsys):
+@pytest.mark.parametrize("wrong", ["1.5", "1.50", torch.tensor(1.5), [1.5]])
+def test_01_3_the_right_number_of_the_wrong_kind_fails_and_says_a_number_was_expected(wrong, capsys):
+    assert not nb01.check_01_first_advantage(wrong)
+    assert "❌ 01.3 first advantage: a number was expected" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [1, 0.25, 4, 0.0, "0.5", False, float("nan")])
+def test_01_4_wrong_values_fail(wrong, capsys):  # groups not completions, one of four groups, a count, none, kinds
     assert not nb01.check_01_zero_std_fraction(wrong)
     assert "❌ 01.4" in capsys.readouterr().out
+
+
+def test_01_4_a_bool_is_not_a_number(capsys):
+    nb01.check_01_zero_std_fraction(False)
+    assert "a number was expected (an int or a float, no quotes), got bool False" in capsys.readouterr().out
 
 
 def test_the_hints_point_the_way_without_the_code():

@@ -92,10 +92,24 @@ def test_the_value_answers_of_the_solution_pass_and_the_stubs_read_not_answered(
     assert "⏳ 07.2 the off-policy switch: not answered yet" in out and "⏳ 07.3" in out
 
 
-@pytest.mark.parametrize("wrong", ["importance_sampling_level", "steps_per_generation", "epsilon_high", 2])
+@pytest.mark.parametrize("wrong", ["importance_sampling_level", "epsilon_high", "gradient_accumulation_steps", 2, None])
 def test_07_2_refuses_other_fields(wrong, capsys):
     assert not nb07.check_07_off_policy_field(wrong)
-    assert "❌ 07.2" in capsys.readouterr().out
+    assert ("❌ 07.2" if wrong is not None else "⏳ 07.2") in capsys.readouterr().out
+
+
+RIGHT_OFF_POLICY = ["num_iterations", "steps_per_generation", "`steps_per_generation`", "'num_iterations'"]
+
+
+@pytest.mark.parametrize("right", RIGHT_OFF_POLICY)
+def test_07_2_both_fields_that_reuse_a_generation_batch_pass(right, capsys):
+    """TRL goes off-policy either way: a batch reused (num_iterations) or spread over steps (steps_per_generation)."""
+    assert nb07.check_07_off_policy_field(right)
+
+
+def test_07_2_a_name_that_is_not_a_string_says_a_name_was_expected(capsys):
+    assert not nb07.check_07_off_policy_field(2)
+    assert "a name was expected, as a string" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong", ["dapo", "bnpo", "grpo", "max_completion_length"])

@@ -19,6 +19,7 @@ version gives. The notebook modules (``nb01_grpo_concepts``...) build their case
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -80,12 +81,36 @@ def hand_back(exercise: str, passed: bool, yours: Any, reference: Any, reference
     return reference
 
 
+def number_problem(answer: Any) -> str | None:
+    """Why ``answer`` is not a number the course can compute with (a string or a bool is not one), or None."""
+    if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
+        return f"a number was expected (an int or a float, no quotes), got {type(answer).__name__} {answer!r:.40}"
+    if not math.isfinite(answer):
+        return f"a finite number was expected, got {answer}"
+    return None
+
+
 def close_to(answer: Any, expected: float, tolerance: float = 1e-6) -> bool:
-    """True when ``answer`` is a number within ``tolerance`` of ``expected`` (False for anything else)."""
-    try:
-        return abs(float(answer) - expected) <= tolerance
-    except (TypeError, ValueError):
+    """True when ``answer`` is a number (not a string, not a bool) within ``tolerance`` of ``expected``."""
+    return number_problem(answer) is None and abs(float(answer) - expected) <= tolerance
+
+
+def report_number(exercise: str, answer: Any, expected: float, hint: str, tolerance: float = 1e-6) -> bool:
+    """The verdict on a number answer: a value of another kind is named as such, before any comparison."""
+    problem = None if is_unanswered(answer) else number_problem(answer)
+    if problem:
+        print(f"❌ {exercise}: {problem}.")
         return False
+    return report(exercise, close_to(answer, expected, tolerance), hint, answer)
+
+
+def report_name(exercise: str, answer: Any, names: set[str], hint: str) -> bool:
+    """The verdict on a name answer (a field, a flag): a string that, without quotes or backticks, is in ``names``."""
+    if not is_unanswered(answer) and not isinstance(answer, str):
+        print(f"❌ {exercise}: a name was expected, as a string (\"...\"), got {type(answer).__name__} {answer!r:.40}.")
+        return False
+    text = answer.strip().strip("`'\"") if isinstance(answer, str) else ""
+    return report(exercise, text in names, hint, answer)
 
 
 # --- the learner's function against the reference ----------------------------------------------------
@@ -114,12 +139,12 @@ class Difference:
 
 def same_values(expected: Any, got: Any, tolerance: float = 1e-5) -> bool:
     """Equal values; tensors and floats within ``tolerance`` (absolute, plus 1e-4 relative), containers item by item."""
-    if isinstance(expected, torch.Tensor):
-        try:
-            got = torch.as_tensor(got, dtype=expected.dtype)
-        except (TypeError, ValueError, RuntimeError):
+    if isinstance(expected, torch.Tensor):  # a list or a float is not a tensor: the next cells call tensor methods
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.is_floating_point() != (
+            expected.is_floating_point()
+        ):
             return False
-        return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=tolerance)
+        return torch.allclose(got.detach().to(expected.dtype), expected, rtol=1e-4, atol=tolerance)
     if isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
         return math.isclose(got, expected, rel_tol=1e-4, abs_tol=tolerance)
     if isinstance(expected, Mapping):
@@ -193,11 +218,35 @@ def _where_they_differ(expected: Any, got: Any, path: str = "") -> tuple[str, An
 
 
 def _difference(label: str, expected: tuple[bool, Any], got: tuple[bool, Any]) -> Difference:
+    if expected[0] and got[0] and isinstance(expected[1], torch.Tensor) and kind_of(expected[1]) != kind_of(got[1]):
+        return Difference(label, f"returns {kind_of(expected[1])}", f"returns {kind_of(got[1])}")
     if expected[0] and got[0]:
         path, expected_part, got_part = _where_they_differ(expected[1], got[1])
         if path:
             return Difference(f"{label}, at {path}", _describe(True, expected_part), _describe(True, got_part))
     return Difference(label, _describe(*expected), _describe(*got))
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in the words a verdict uses: ``a float32 tensor of shape (4,)``, ``a list``."""
+    if isinstance(value, torch.Tensor):
+        grad = ", carrying the gradient" if value.grad_fn is not None else ""
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}{grad}"
+    return f"a {type(value).__name__}"
+
+
+# What the cells after an exercise need of the value the learner's function returns: given the reference's
+# value and the learner's, the problem in words (what the next cells would do with it), or None.
+Needs = Callable[[Any, Any], str | None]
+
+
+def _needs_problem(needs: Needs | None, expected: tuple[bool, Any], got: tuple[bool, Any]) -> str | None:
+    if needs is None or not (expected[0] and got[0]):
+        return None
+    try:
+        return needs(expected[1], got[1])
+    except Exception as exc:  # a value too odd to inspect is a difference, not a crash
+        return f"returns {kind_of(got[1])} that cannot be inspected ({type(exc).__name__})"
 
 
 def _agree(
@@ -220,13 +269,15 @@ def compare_with_reference(
     cases: Sequence[Case],
     same: Callable[[Any, Any], bool] = same_values,
     errors: str = "family",
+    needs: Needs | None = None,
 ) -> list[Difference]:
     """Run both functions on every case; return the cases where they differ (in value, or in raising).
 
     Where the reference raises, the learner's version must raise too: refusing bad input is part of the
     behaviour being checked. ``errors="family"`` accepts any of ``BAD_INPUT_ERRORS`` for one of them;
-    ``errors="kind"`` demands the same built-in kind (where the task names the error). A learner's
-    ``NotImplementedError`` raises ``NotAnswered``.
+    ``errors="kind"`` demands the same built-in kind (where the task names the error). ``needs`` says what
+    the following cells need of a returned value (a tensor, a gradient), checked before the values are
+    compared. A learner's ``NotImplementedError`` raises ``NotAnswered``.
     """
     if errors not in ("family", "kind"):
         raise ValueError(f"errors must be 'family' or 'kind', got {errors!r}")
@@ -234,7 +285,9 @@ def compare_with_reference(
     for case in cases:
         reference_args = case.args if case.reference_args is None else case.reference_args
         expected, got = _outcome(reference, reference_args), _outcome(learner, case.args)
-        if not _agree(expected, got, same, errors):
+        if problem := _needs_problem(needs, expected, got):
+            differences.append(Difference(case.label, f"returns {kind_of(expected[1])}", problem))
+        elif not _agree(expected, got, same, errors):
             differences.append(_difference(case.label, expected, got))
     return differences
 
@@ -275,13 +328,14 @@ def check_against_reference(
     hint: str,
     same: Callable[[Any, Any], bool] = same_values,
     errors: str = "family",
+    needs: Needs | None = None,
     show: int = 4,
 ) -> bool:
     """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
     if not_a_function(exercise, learner, hint):
         return False
     try:
-        differences = compare_with_reference(learner, reference, cases, same, errors)
+        differences = compare_with_reference(learner, reference, cases, same, errors, needs)
     except NotAnswered:
         report(exercise, False, hint, None)
         return False

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.core.profiles import PROFILE_ENV_VAR, get_profile
-from course_utils.exercises.comparison import close_to, report
+from course_utils.exercises.comparison import (
+    report,
+    report_number,
+)
 
 
 def check_00_profile_variable(answer: Any) -> bool:
@@ -18,9 +21,9 @@ def check_00_profile_variable(answer: Any) -> bool:
 def check_00_completions_per_step(answer: Any) -> bool:
     """00.2: how many completions does one optimizer step of the ``colab-t4`` profile train on?"""
     expected = get_profile("colab-t4").effective_batch_size
-    return report(
+    return report_number(
         "00.2 completions per step",
-        close_to(answer, expected),
-        "per-device batch x gradient accumulation steps: the effective batch of the colab-t4 profile",
         answer,
+        expected,
+        "per-device batch x gradient accumulation steps: the effective batch of the colab-t4 profile",
     )

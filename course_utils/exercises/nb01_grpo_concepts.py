@@ -17,10 +17,10 @@ import torch
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
-    close_to,
     hand_back,
+    kind_of,
     not_a_function,
-    report,
+    report_number,
 )
 from course_utils.lesson.grpo import (
     frac_reward_zero_std,
@@ -49,6 +49,8 @@ POLICY_LOSS_HINT = (
     "copy times the advantage and keep the smaller, per token (the advantage needs a token dimension); negate, "
     "keep only real tokens (the mask), and divide the batch's total by its number of real tokens"
 )
+FIRST_ADVANTAGE_HINT = "section 2's formula, by hand or with the function you wrote: mind which std torch and TRL use"
+ZERO_STD_HINT = "frac_reward_zero_std counts how much of the batch sits in a group whose rewards are all equal"
 SEQUENCE_MEAN_HINT = (
     "the same per-token loss as your policy_loss; reduce it per completion first (its real tokens only, "
     "divided by its own number of real tokens), then average the completions"
@@ -58,23 +60,13 @@ SEQUENCE_MEAN_HINT = (
 def check_01_first_advantage(answer: Any) -> bool:
     """Advantage of the first completion in the group with rewards [1, 0, 0, 0] (scale="group")."""
     expected = group_advantages([1.0, 0.0, 0.0, 0.0], num_generations=4)[0].item()
-    return report(
-        FIRST_ADVANTAGE,
-        close_to(answer, expected, tolerance=0.01),
-        "the group's mean is 0.25; the sample std divides the squared deviations by n - 1, not by n",
-        answer,
-    )
+    return report_number(FIRST_ADVANTAGE, answer, expected, FIRST_ADVANTAGE_HINT, tolerance=0.01)
 
 
 def check_01_zero_std_fraction(answer: Any) -> bool:
     """frac_reward_zero_std for two groups of 4: rewards [2, 2, 2, 2] and [0, 2, 0, 0]."""
     expected = frac_reward_zero_std([2.0] * 4 + [0.0, 2.0, 0.0, 0.0], num_generations=4)
-    return report(
-        ZERO_STD_FRACTION,
-        close_to(answer, expected),
-        "a share of completions, not of groups: how many of the 8 sit in a group whose rewards are all equal?",
-        answer,
-    )
+    return report_number(ZERO_STD_FRACTION, answer, expected, ZERO_STD_HINT)
 
 
 ADVANTAGE_CASES = (
@@ -94,6 +86,44 @@ LOSS_SETTINGS = (
 )
 
 
+def advantages_needs(expected: torch.Tensor, got: Any) -> str | None:
+    """What the cells after 01.1 need: a flat float tensor (they call ``.round``, ``.view`` and index it)."""
+    if not isinstance(got, torch.Tensor):
+        return (f"returns {kind_of(got)}: the next cells call tensor methods on the advantages (.round, .view); "
+                "return a torch tensor")
+    if not got.is_floating_point():
+        return f"returns {kind_of(got)}: advantages are fractions, so a float tensor"
+    if got.shape != expected.shape:
+        return f"returns {kind_of(got)}: one advantage per reward, flat, shape {tuple(expected.shape)}"
+    return None
+
+
+def loss_needs(expected: torch.Tensor, got: Any) -> str | None:
+    """What training does with a loss: ``loss.backward()``, so one number in a tensor that carries the gradient."""
+    if not isinstance(got, torch.Tensor):
+        return (f"returns {kind_of(got)}: training calls loss.backward(), which needs a torch tensor that carries "
+                "the gradient (no .item(), no float())")
+    if got.numel() != 1:
+        return f"returns {kind_of(got)}: the loss of a batch is one number (a tensor of shape ())"
+    if got.grad_fn is None:
+        return (f"returns {kind_of(got)} without the gradient of per_token_logps: loss.backward() would raise "
+                "(nothing may be detached or rebuilt with torch.tensor)")
+    return None
+
+
+def with_gradient(learner: Callable[..., Any]) -> Callable[..., Any]:
+    """The learner's loss called as training calls it: ``per_token_logps`` requires the gradient.
+
+    ``functools.wraps`` keeps the learner's name and module: the comparison reports it as theirs.
+    """
+
+    @functools.wraps(learner)
+    def call(per_token_logps: torch.Tensor, *rest: Any) -> Any:
+        return learner(per_token_logps.detach().clone().requires_grad_(True), *rest)
+
+    return call
+
+
 def advantage_cases() -> list[Case]:
     """Batches of rewards (whole groups, prompt by prompt) with their ``num_generations``."""
     return [Case(f"{label}, rewards {rewards}", (rewards, n)) for label, rewards, n in ADVANTAGE_CASES]
@@ -105,7 +135,7 @@ def check_01_advantages(learner: Any) -> Any:
     Returns what the notebook continues with: the learner's function, or ``lesson.grpo.group_advantages``.
     """
     passed = check_against_reference(
-        ADVANTAGES, learner, trl_group_advantages, advantage_cases(), hint=ADVANTAGES_HINT
+        ADVANTAGES, learner, trl_group_advantages, advantage_cases(), hint=ADVANTAGES_HINT, needs=advantages_needs
     )
     return hand_back(ADVANTAGES, passed, learner, group_advantages, "course_utils.lesson.grpo.group_advantages")
 
@@ -153,7 +183,7 @@ def _check_loss(exercise: str, learner: Any, loss_type: str, hint: str) -> bool:
     if not_a_function(exercise, learner, hint):
         return False
     reference, cases = loss_cases(loss_type)
-    return check_against_reference(exercise, learner, reference, cases, hint=hint)
+    return check_against_reference(exercise, with_gradient(learner), reference, cases, hint=hint, needs=loss_needs)
 
 
 def check_01_policy_loss(learner: Any) -> Any:

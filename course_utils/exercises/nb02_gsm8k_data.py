@@ -17,13 +17,15 @@ from typing import Any
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
-    close_to,
     compare_with_reference,
     dataset_rows,
     hand_back,
+    is_unanswered,
     not_a_function,
+    number_problem,
     real_row_indices,
     report,
+    report_number,
     short_repr,
 )
 from course_utils.lesson.data_checks import pitfall_outcomes
@@ -78,12 +80,12 @@ def check_02_gold_answer(answer: Any) -> bool:
 def check_02_rows_lost(answer: Any, dataset: Any) -> bool:
     """02.5: how many rows of ``dataset`` does the ``int_cast`` pitfall lose (``apply_pitfall`` returns None)?"""
     expected = len(pitfall_outcomes("int_cast", list(dataset["answer"]))["lost"])
-    return report(
+    return report_number(
         ROWS_LOST,
-        close_to(answer, expected),
+        answer,
+        expected,
         "the pitfall table of section 2 (pitfalls, for the rows you loaded) says what each shortcut does: "
         "find the int() one and count the rows it makes disappear",
-        answer,
     )
 
 
@@ -93,11 +95,13 @@ def check_02_completion_length(answer: Any, stats: Any) -> bool:
     Too short truncates (no ``<answer>``, zero reward); more than twice what is needed wastes compute.
     """
     needed = [length + stats.xml_overhead for length in stats.reasoning_lengths]
-    try:
-        fits = sum(length <= int(answer) for length in needed) / len(needed)
-        correct = fits >= 0.9 and int(answer) <= 2 * max(needed)
-    except (TypeError, ValueError):
-        correct = False
+    if not is_unanswered(answer) and (isinstance(answer, float) or number_problem(answer)):
+        print(f"❌ {COMPLETION_LENGTH}: a whole number of tokens was expected (an int), got "
+              f"{type(answer).__name__} {answer!r:.40}.")
+        return False
+    correct = not is_unanswered(answer) and (
+        sum(length <= answer for length in needed) / len(needed) >= 0.9 and answer <= 2 * max(needed)
+    )
     return report(
         COMPLETION_LENGTH,
         correct,

@@ -25,13 +25,13 @@ from course_utils.core.answer_format import format_answer
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
-    close_to,
     dataset_rows,
     hand_back,
     list_problems,
     not_a_function,
     real_row_indices,
     report,
+    report_number,
     short_repr,
 )
 from course_utils.lesson import rewards
@@ -231,7 +231,7 @@ def check_03_classic_comma(answer: Any) -> bool:
     completion = [{"role": "assistant", "content": "<answer>\n1,000\n</answer>"}]
     expected = classic.correctness_reward_func(None, [completion], ["1000"])[0]
     hint = "the classic version compares the two strings with ==; is '1,000' the same string as '1000'?"
-    return report(CLASSIC_COMMA, close_to(answer, expected), hint, answer)
+    return report_number(CLASSIC_COMMA, answer, expected, hint)
 
 
 def check_03_dotall_flag(answer: Any) -> bool:

@@ -41,6 +41,8 @@ from course_utils.exercises.comparison import (
     is_unanswered,
     list_problems,
     report,
+    report_name,
+    report_number,
 )
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_tokenizer
@@ -518,14 +520,13 @@ def check_grpo_trainer(trainer: Any, profile: Profile, *, model: Any, tokenizer:
 def check_04_prompts_per_step(answer: Any) -> bool:
     """Golden config: batch 8, accumulation 16, num_generations 8: how many distinct prompts per optimizer step?"""
     hint = "completions per step = batch x accumulation; each prompt fills one group of num_generations"
-    return report("04.5 prompts per step", close_to(answer, 8 * 16 / 8), hint, answer)
+    return report_number("04.5 prompts per step", answer, 8 * 16 / 8, hint)
 
 
 def check_04_group_size_field(answer: Any) -> bool:
     """Which ``GRPOConfig`` field is the group size (completions sampled per prompt)?"""
-    text = answer.strip().strip("`'\"") if isinstance(answer, str) else ""
     hint = "the field that says how many completions are generated for each prompt; TRL's default is 8"
-    return report("04.6 group size field", text == "num_generations", hint, answer)
+    return report_name("04.6 group size field", answer, {"num_generations"}, hint)
 
 
 def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:

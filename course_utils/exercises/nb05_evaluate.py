@@ -18,12 +18,12 @@ from course_utils.evaluation.stats import pass_at_k, wilson_interval
 from course_utils.exercises.comparison import (
     Case,
     check_against_reference,
-    close_to,
     field_differences,
     hand_back,
     list_problems,
     not_a_function,
     report,
+    report_number,
 )
 from course_utils.lesson.rewards import answers_match
 
@@ -119,7 +119,7 @@ def check_05_wilson_lower(answer: Any) -> bool:
     """05.2: a model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
     expected = wilson_interval(4, 8)[0]
     hint = "call wilson_interval(successes, n) and read the first number; 50% on 8 problems is a wide range"
-    return report("05.2 Wilson lower bound for 4/8", close_to(answer, expected, 0.006), hint, answer)
+    return report_number("05.2 Wilson lower bound for 4/8", answer, expected, hint, tolerance=0.006)
 
 
 def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
@@ -134,9 +134,8 @@ def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
 def check_05_problems_needed(answer: Any) -> bool:
     """05.3: about how many problems give a 95% interval of at most ±5 points around an accuracy of 50%?"""
     expected = _problems_for_half_width(0.05, 0.5)
-    within = close_to(answer, expected, 0.1 * expected)
     hint = "try wilson_interval(n // 2, n) for growing n until (high - low) / 2 <= 0.05; any answer within 10% counts"
-    return report("05.3 problems for ±5 points", within, hint, answer)
+    return report_number("05.3 problems for ±5 points", answer, expected, hint, tolerance=0.1 * expected)
 
 
 def check_05_checker_matters(answer: Any) -> bool:

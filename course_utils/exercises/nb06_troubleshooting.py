@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from course_utils.exercises.comparison import Case, check_against_reference, close_to, hand_back, report
+from course_utils.exercises.comparison import (
+    Case,
+    check_against_reference,
+    hand_back,
+    report,
+    report_number,
+)
 from course_utils.training.memory import OOM_BASE, OOM_FIXES, what_if_table
 from course_utils.training.monitoring import THRESHOLDS, WINDOW, flat_reward_cause
 from course_utils.training.preflight import check
@@ -24,7 +30,7 @@ def check_06_batch_size(answer: Any) -> bool:
 
     expected = next(b for b in range(1, 100) if accepted(b))
     hint = "the generation batch is batch x accumulation steps; it must be a multiple of num_generations"
-    return report("06.1 smallest batch", close_to(answer, expected), hint, answer)
+    return report_number("06.1 smallest batch", answer, expected, hint)
 
 
 def _log_history(steps: int = 10, **series: list[float]) -> list[dict[str, Any]]:

@@ -17,7 +17,15 @@ import numpy as np
 
 from course_utils.core.profiles import Profile
 from course_utils.evaluation.variants import real_difference, variant_fields
-from course_utils.exercises.comparison import Case, check_against_reference, hand_back, list_problems, report, shown
+from course_utils.exercises.comparison import (
+    Case,
+    check_against_reference,
+    hand_back,
+    list_problems,
+    report,
+    report_name,
+    shown,
+)
 from course_utils.training.run import make_grpo_config
 
 CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"
@@ -37,6 +45,9 @@ CLIP_HIGHER_HINT = (
     "clip-higher loosens only the upper end of the ratio's clip range (TRL has a field for that end alone); "
     "everything else stays as in the two_iterations run, which is off-policy: on-policy nothing is ever clipped"
 )
+# Either field makes a generation batch serve several optimizer updates, so the ratio moves away from 1:
+# num_iterations (μ) reuses each batch, steps_per_generation spreads one batch over several steps.
+OFF_POLICY_FIELDS = {"num_iterations", "steps_per_generation"}
 OFF_POLICY_HINT = "on-policy every ratio is 1; the field that reuses each generation batch for several updates (μ)"
 CONSTANT_HINT = "the variant named after the paper that diagnosed GRPO's length bias (read TRL's loss_type help)"
 NON_OVERLAPPING_HINT = (
@@ -114,18 +125,14 @@ def check_07_clip_higher(fields: Any, profile: Profile | str | None = None) -> A
     return hand_back(CLIP_HIGHER, not problems, fields, reference, name)
 
 
-def _name(answer: Any) -> str:
-    return answer.strip().strip("`'\"") if isinstance(answer, str) else ""
-
-
 def check_07_off_policy_field(answer: Any) -> bool:
     """07.2: which ``GRPOConfig`` field, set to 2, makes GSPO's sequence ratio (and clip-higher) change anything?"""
-    return report(OFF_POLICY_FIELD, _name(answer) == "num_iterations", OFF_POLICY_HINT, answer)
+    return report_name(OFF_POLICY_FIELD, answer, OFF_POLICY_FIELDS, OFF_POLICY_HINT)
 
 
 def check_07_constant_normaliser(answer: Any) -> bool:
     """07.3: which ``loss_type`` divides the summed token losses by a constant (``max_completion_length``)?"""
-    return report(CONSTANT_NORMALISER, _name(answer) == "dr_grpo", CONSTANT_HINT, answer)
+    return report_name(CONSTANT_NORMALISER, answer, {"dr_grpo"}, CONSTANT_HINT)
 
 
 def difference_cases() -> list[Case]:
