@@ -72,7 +72,69 @@ def keeps_the_dollar(text):
     return after_marker(text).replace(",", "").strip()
 
 
-WRONG_PARSERS = [one_liner, keeps_the_comma, int_cast, lenient, digits_only, last_marker, as_float, keeps_the_dollar]
+def _marked_once(text):
+    if not isinstance(text, str):
+        raise TypeError("not a string")
+    if text.count("####") != 1:
+        raise ValueError("one '####'")
+    return after_marker(text).replace(",", "").replace("$", "").strip()
+
+
+def searches_not_fullmatch(text):  # re.search: "12 apples" reads as 12, "1e3" as 1
+    match = re.search(r"-?\d+(\.\d+)?", _marked_once(text))
+    if not match:
+        raise ValueError(text)
+    return match.group()
+
+
+def validates_with_float(text):  # float() accepts nan, inf, 1e3 and 1_000
+    answer = _marked_once(text)
+    float(answer)
+    return answer
+
+
+def match_not_fullmatch(text):  # re.match anchors the start only
+    answer = _marked_once(text)
+    if not re.match(r"-?\d+(\.\d+)?", answer):
+        raise ValueError(answer)
+    return answer
+
+
+def first_word(text):  # the first word after the marker
+    answer = _marked_once(text).split()
+    if not answer or not re.fullmatch(r"-?\d+(\.\d+)?", answer[0]):
+        raise ValueError(text)
+    return answer[0]
+
+
+def no_negatives(text):
+    answer = _marked_once(text)
+    if not re.fullmatch(r"\d+(\.\d+)?", answer):
+        raise ValueError(answer)
+    return answer
+
+
+LOOSE_PARSERS = [searches_not_fullmatch, validates_with_float, match_not_fullmatch, first_word]
+WRONG_PARSERS = [one_liner, keeps_the_comma, int_cast, lenient, digits_only, last_marker, as_float, keeps_the_dollar,
+                 *LOOSE_PARSERS, no_negatives]
+
+
+@pytest.mark.parametrize(
+    ("parser", "case"),
+    [
+        (searches_not_fullmatch, "a number followed by words"),
+        (searches_not_fullmatch, "an exponent"),
+        (validates_with_float, "not a number (nan)"),
+        (validates_with_float, "an exponent"),
+        (validates_with_float, "an underscore between digits"),
+        (match_not_fullmatch, "a number followed by words"),
+        (first_word, "two numbers"),
+        (no_negatives, "a negative decimal with a thousands separator"),
+    ],
+)
+def test_02_1_a_loose_parser_is_shown_the_form_it_reads_wrongly(parser, case, gsm8k_train):
+    differences = nb02.compare_with_reference(parser, extract_hash_answer, nb02.answer_cases(gsm8k_train))
+    assert case in {difference.label for difference in differences}
 
 
 def test_02_1_solution_passes_and_is_handed_back(gsm8k_train, capsys):
@@ -325,6 +387,19 @@ def test_02_6_wrong_lengths_fail(wrong, stats, capsys):
     assert "❌ 02.6" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("wrong", ["128", 128.0, True, "110 tokens"])
+def test_02_6_a_length_of_the_wrong_kind_fails_and_says_an_int_was_expected(wrong, stats, capsys):
+    assert not nb02.check_02_completion_length(wrong, stats)
+    assert "a whole number of tokens was expected (an int)" in capsys.readouterr().out
+
+
+def test_02_5_a_count_as_a_string_fails(gsm8k_train, capsys):
+    lost = len(pitfall_outcomes("int_cast", list(gsm8k_train["answer"]))["lost"])
+    assert nb02.check_02_rows_lost(lost, gsm8k_train)
+    assert not nb02.check_02_rows_lost(str(lost), gsm8k_train)
+    assert "a number was expected" in capsys.readouterr().out
+
+
 # --- 02.7 split_solution --------------------------------------------------------------------------------------------
 
 
@@ -402,7 +477,7 @@ def test_02_7_wrong_splits_fail(wrong, gsm8k_train, capsys):
 
 def test_the_hints_point_the_way_without_the_code():
     hints = [nb02.EXTRACT_HINT, nb02.PROMPT_HINT, nb02.MAPPING_HINT, nb02.SPLIT_HINT]
-    for code in ("'role': 'system'", "{'prompt'", ".split(", ".replace(", ".strip()", r"\d", "[1]"):
+    for code in ("'role': 'system'", "{'prompt'", ".split(", ".replace(", ".strip()", r"\d", "[1]", "fullmatch"):
         assert not any(code in hint for hint in hints), code
 
 

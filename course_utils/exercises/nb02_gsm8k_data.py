@@ -46,9 +46,9 @@ SPLIT = "02.7 split_solution"
 
 # Hints point the way in words; the notebook shows the same ones, collapsed.
 EXTRACT_HINT = (
-    "check the type first; count the markers and refuse anything but one; after the marker, remove the "
-    "thousands separators and the dollar sign, strip the spaces, and accept only a whole match of an optional "
-    "minus, digits and an optional decimal part (re.fullmatch); refuse with ValueError, TypeError for a non-string"
+    "read the differences above as a list of rules: which inputs are refused, and with which error, and what "
+    "is removed from a number before it is returned; the whole text after the marker must be the number, "
+    "not just begin with one, and Python's float() reads more than GSM8K writes"
 )
 PROMPT_HINT = (
     "a list of two messages, each a dict with a role and a content; the format instruction comes first; "
@@ -121,6 +121,15 @@ ANSWER_EDGE_CASES = (
     ("two '####' markers", "#### 3\n#### 4"),
     ("nothing after '####'", "6 * 7 = 42\n#### "),
     ("a word, not a number", "#### seven"),
+    ("a number followed by words", "3 * 4 = 12\n#### 12 apples"),
+    ("words before the number", "#### about 12"),
+    ("an exponent", "#### 1e3"),
+    ("not a number (nan)", "#### nan"),
+    ("infinity", "#### inf"),
+    ("an underscore between digits", "#### 1_000"),
+    ("a negative decimal with a thousands separator", "#### -1,234.5"),
+    ("a decimal point and no decimals", "#### 12."),
+    ("two numbers", "#### 12 15"),
     ("not a string", None),
 )
 QUESTION_EDGE_CASES = (
