@@ -22,28 +22,29 @@ import argparse
 import ast
 import contextlib
 import dataclasses
-import json
+import importlib.util
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from accelerate import PartialState
-from transformers.trainer_utils import get_last_checkpoint
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import Profile, get_profile, profile_names
 from course_utils.lesson.models import ModelUnavailableError
+from course_utils.training import run_folder
 from course_utils.training.monitoring import StopOnInterrupt, save_run_artifacts
 from course_utils.training.run import (
-    WARM_START_DIRNAME,
     build_trainer,
-    clear_run_dir,
     default_run_dir,
     load_model_for_training,
     make_grpo_config,
     save_final,
+    vllm_available,
     warm_start_model_dir,
 )
+from course_utils.training.run_folder import FINAL_DIRNAME
 from course_utils.training.warm_start import warm_start
 
 
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", required=True, choices=profile_names(), help="the hardware profile")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="change a profile field")
     parser.add_argument("--config", action="append", default=[], metavar="FIELD=VALUE", help="a GRPOConfig field")
-    parser.add_argument("--output-dir", type=Path, help="the run folder (default outputs/grpo-<profile>)")
+    parser.add_argument("--output-dir", help="the run folder (default outputs/grpo-<profile>)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run folder")
     start.add_argument("--overwrite", action="store_true", help="delete an earlier run in the run folder first")
@@ -108,51 +109,93 @@ def build_config(profile: Profile, run_dir: Path, overrides: dict[str, Any]) -> 
         raise SystemExit(f"error: --config / --set: {exc}") from None
 
 
-def earlier_run(run_dir: Path) -> list[str]:
-    """What an earlier run left in ``run_dir`` (checkpoints, ``final``, logs), the reusable warm start aside."""
-    if not run_dir.is_dir():
-        return []
-    return sorted(child.name for child in run_dir.iterdir() if child.name != WARM_START_DIRNAME)
-
-
-def checkpoint_to_resume(run_dir: Path, resume: bool) -> str | None:
-    """The checkpoint ``--resume`` continues from (said aloud), or None for a fresh start at step 0.
-
-    A ``--resume`` that finds no checkpoint over an earlier run's results is refused: starting at step 0 would
-    replace them.
-    """
-    found = earlier_run(run_dir)
-    checkpoint = get_last_checkpoint(str(run_dir)) if found else None
-    if resume and checkpoint:
-        step = trainer_state_step(Path(checkpoint))
-        print(f"--resume: continuing from {checkpoint} (step {step})")
-        return checkpoint
-    if found and resume:
-        raise SystemExit(
-            f"error: --resume: no checkpoint-N in {run_dir} to continue from (it holds {', '.join(found)}). "
-            "Pass --overwrite to delete that run and start again at step 0."
-        )
-    if resume:
-        print(f"--resume: no checkpoint in {run_dir}; starting at step 0")
-    return None
-
-
-def trainer_state_step(checkpoint: Path) -> int | str:
-    """The step a checkpoint saved (its ``trainer_state.json``), or its folder suffix when that cannot be read."""
+def check_switches_and_packages(profile: Profile, config: Any) -> None:
+    """The environment switch and the packages the flags need, read now: later they would fail mid-run."""
     try:
-        return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
-    except (OSError, ValueError, KeyError):
-        return checkpoint.name.rsplit("-", 1)[-1]
+        cpu_speed.switched_on(profile)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if config.use_vllm and not vllm_available():
+        raise SystemExit('error: --vllm-server / use_vllm needs vLLM, which is not installed: pip install ".[vllm]" '
+                         "(GPU machines only), or leave the flag out to generate with transformers.")  # fmt: skip
+    for target in config.report_to or []:
+        if importlib.util.find_spec(target) is None:
+            raise SystemExit(f"error: report_to={target!r} needs the {target!r} package, which is not installed: "
+                             f"pip install {target}, or --config report_to=none.")  # fmt: skip
+
+
+def run_dir_from_args(args: argparse.Namespace, profile: Profile) -> Path:
+    """The run folder, ``--output-dir`` or the profile's; an empty ``--output-dir`` (an unset variable) is refused."""
+    if args.output_dir is None:
+        return default_run_dir(profile)
+    if not args.output_dir.strip():
+        raise SystemExit('error: --output-dir is empty (an unset variable, as in --output-dir "$RUN_DIR"?): '
+                         "give the run's own folder, e.g. --output-dir outputs/my-run.")  # fmt: skip
+    return Path(args.output_dir)
 
 
 def check_run_dir(run_dir: Path, args: argparse.Namespace) -> None:
-    """Refuse, before any work, to start over a folder holding an earlier run unless ``--overwrite`` says so."""
-    found = earlier_run(run_dir)
+    """Refuse, before any work, a folder that cannot hold a run, or an earlier run neither continued nor cleared."""
+    try:
+        run_folder.check_can_hold_a_run(run_dir)
+        if args.overwrite:
+            run_folder.check_clearable(run_dir)
+    except run_folder.RunFolderError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    found = run_folder.earlier_entries(run_dir)
     if found and not (args.resume or args.overwrite):
         raise SystemExit(
             f"error: {run_dir} holds an earlier run ({', '.join(found)}). Pass --resume to continue it, "
             "--overwrite to delete it and start again, or --output-dir for a new folder."
         )
+
+
+def checkpoint_to_resume(run_dir: Path, resume: bool) -> Path | None:
+    """The complete checkpoint ``--resume`` continues from (said aloud, torn ones named), or None for step 0.
+
+    A ``--resume`` that finds no complete checkpoint over an earlier run's results is refused: starting at step 0
+    would replace them.
+    """
+    if not resume:
+        return None
+    checkpoint, skipped = run_folder.newest_complete_checkpoint(run_dir)
+    for note in skipped:
+        print(f"--resume: skipping {run_dir / note} (torn: not resumable)")
+    if checkpoint is not None:
+        print(f"--resume: continuing from {checkpoint} (step {run_folder.checkpoint_step(checkpoint)})")
+        note = run_folder.missing_optimizer_note(checkpoint)
+        if note:
+            print(f"--resume: {note}")
+        return checkpoint
+    found = run_folder.earlier_entries(run_dir)
+    if found:
+        raise SystemExit(
+            f"error: --resume: no complete checkpoint-N in {run_dir} to continue from (it holds {', '.join(found)}). "
+            "Pass --overwrite to delete that run and start again at step 0, or --output-dir for a new folder."
+        )
+    print(f"--resume: no checkpoint in {run_dir}; starting at step 0")
+    return None
+
+
+def check_resume_settings(run_dir: Path, profile: Profile) -> None:
+    """Refuse a resume under settings the run was not trained with (model, LoRA shape, group size, warm start)."""
+    try:
+        conflicts = run_folder.settings_conflicts(run_dir, run_folder.run_settings(profile))
+    except run_folder.RunFolderError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if conflicts:
+        raise SystemExit(
+            f"error: --resume: {run_dir} was trained with other settings ({'; '.join(conflicts)}). Resume with the "
+            "run's settings, pass --overwrite to start again with these, or give a new --output-dir."
+        )
+
+
+def finished_step(checkpoint: Path | None, config: Any) -> int | None:
+    """The checkpoint's step when it already reached ``max_steps`` (the run is finished), else None."""
+    if checkpoint is None:
+        return None
+    step = run_folder.checkpoint_step(checkpoint)
+    return step if 0 < config.max_steps <= step else None
 
 
 @contextlib.contextmanager
@@ -167,23 +210,36 @@ def inputs_explained() -> Iterator[None]:
         raise SystemExit(f"error: {exc}") from None
 
 
-def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool) -> None:
+def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from: Path | None = None) -> None:
     """After a stop or a failure mid-run: a checkpoint of the last finished step, and the log history so far.
 
     The checkpoint is the trainer's own (``_save_checkpoint``: model, optimizer, scheduler, RNG, state), so
-    ``--resume`` continues from it; a step already checkpointed is not saved again. One process only: saving
-    under several would wait on processes that may have stopped.
+    ``--resume`` continues from it; a step already checkpointed, or none finished, is not saved. The log never
+    replaces a longer one (``save_run_artifacts``). One process only: saving under several would wait on
+    processes that may have stopped.
     """
     step = trainer.state.global_step
-    if is_main and step > 0 and not (run_dir / f"checkpoint-{step}").is_dir():
+    started = run_folder.checkpoint_step(resumed_from) if resumed_from else 0
+    if is_main and step > started and not (run_dir / f"checkpoint-{step}").is_dir():
         trainer._save_checkpoint(trainer.model, trial=None)
-    if is_main:
+    if is_main and trainer.state.log_history:
         save_run_artifacts(trainer.state.log_history, run_dir)
-    last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    last, _ = run_folder.newest_complete_checkpoint(run_dir)
     where = f"checkpoint {last}" if last else "no checkpoint (no step had finished)"
     print(f"stopped at step {step} of {trainer.state.max_steps}: {where}; log history in {run_dir / 'log_history.csv'}")
     if last:
         print("continue with the same command and --resume")
+
+
+def explain_failure(exc: BaseException, step: int, resumed_from: Path | None) -> None:
+    """Name a failure's cause and a way forward that works (a failed resume does not lead back into itself)."""
+    print(f"the run failed at step {step}: {type(exc).__name__}: {exc}")
+    started = run_folder.checkpoint_step(resumed_from) if resumed_from else None
+    if resumed_from is not None and step == started:
+        print(f"no step ran after {resumed_from}: if it cannot be loaded, move it out of the run folder and "
+              "--resume from the one before, or pass --overwrite to start again.")  # fmt: skip
+    else:
+        print("fix the cause above, then run the same command with --resume")
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -191,35 +247,60 @@ def main(argv: list[str] | None = None) -> Path:
     profile = profile_from_args(args.profile, parse_assignments(args.set, "--set"))
     overrides = config_overrides(args)
     state = PartialState()  # the process group accelerate launch / torchrun set up (one process otherwise)
-    run_dir = args.output_dir or default_run_dir(profile)
+    run_dir = run_dir_from_args(args, profile)
     # Everything is checked before the run folder is touched: a typo must not cost the earlier run
     config = build_config(profile, run_dir, overrides)
+    check_switches_and_packages(profile, config)
     check_run_dir(run_dir, args)
-    checkpoint = checkpoint_to_resume(run_dir, args.resume)
+    with contextlib.ExitStack() as held:
+        if state.is_main_process:  # one run per folder: the main process holds its lock for the whole run
+            with inputs_explained():
+                held.enter_context(run_folder.locked(run_dir))
+        return train_in(run_dir, args, profile, config, state)
 
+
+def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: Any, state: Any) -> Path:
+    """The run itself, in a folder checked and locked: resume or clear, train, keep what was done, save."""
+    checkpoint = checkpoint_to_resume(run_dir, args.resume)
+    if checkpoint is not None:
+        check_resume_settings(run_dir, profile)
+    final_dir = run_dir / FINAL_DIRNAME
+    done = finished_step(checkpoint, config)
+    if done is not None:
+        print(f"--resume: the run is finished (step {done} of max_steps={config.max_steps}); {final_dir} is kept. "
+              "To train further, raise max_steps: --set max_steps=N --resume.")  # fmt: skip
+        return final_dir
     interrupt = StopOnInterrupt() if state.num_processes == 1 else None
     with inputs_explained():
+        if state.is_main_process and not args.overwrite:
+            run_folder.claim(run_dir, run_folder.run_settings(profile))
         model, tokenizer = load_model_for_training(profile)
         if profile.warm_start_examples:
             # One process caches the primed model for --resume; several would write the same files at once
             cache = warm_start_model_dir(run_dir) if state.num_processes == 1 else False
             model = warm_start(model, tokenizer, profile, cache=cache)
         trainer = build_trainer(model, tokenizer, profile, config=config, callbacks=[interrupt] if interrupt else [])
-    if state.is_main_process and args.overwrite and earlier_run(run_dir):
-        print(f"--overwrite: deleting the earlier run in {run_dir} ({', '.join(earlier_run(run_dir))})")
-        clear_run_dir(run_dir)
+    if state.is_main_process and args.overwrite:
+        earlier = run_folder.earlier_entries(run_dir)
+        if earlier:
+            print(f"--overwrite: deleting the earlier run in {run_dir} ({', '.join(earlier)})")
+        run_folder.clear(run_dir)
+        run_folder.claim(run_dir, run_folder.run_settings(profile))
     state.wait_for_everyone()
     try:
         with interrupt or contextlib.nullcontext(), cpu_speed.enabled(trainer, profile=profile):
-            trainer.train(resume_from_checkpoint=checkpoint)
-    except BaseException:
-        keep_what_was_done(trainer, run_dir, state.is_main_process)
-        raise
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    except BaseException as exc:
+        keep_what_was_done(trainer, run_dir, state.is_main_process, checkpoint)
+        if isinstance(exc, KeyboardInterrupt):
+            raise SystemExit(130) from None
+        traceback.print_exc()
+        explain_failure(exc, trainer.state.global_step, checkpoint)
+        raise SystemExit(1) from None
     if interrupt is not None and interrupt.requested:
-        keep_what_was_done(trainer, run_dir, state.is_main_process)
-        raise SystemExit(130)
+        keep_what_was_done(trainer, run_dir, state.is_main_process, checkpoint)
+        raise SystemExit(143 if interrupt.signal_name == "SIGTERM" else 130)
 
-    final_dir = run_dir / "final"
     if state.is_main_process:
         save_run_artifacts(trainer.state.log_history, run_dir)
         save_final(trainer, tokenizer, final_dir)

@@ -24,7 +24,7 @@ from course_utils.evaluation.curves import load_curve, save_curve
 from course_utils.lesson import models
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weights, resolve_weights
-from course_utils.training import preflight
+from course_utils.training import preflight, run_folder
 from course_utils.training import warm_start as warm
 from course_utils.training.lab import trained_label
 from course_utils.training.monitoring import StopOnInterrupt, load_log_history
@@ -38,18 +38,34 @@ def script(load_script):
     return load_script("train_grpo")
 
 
+def checkpoint(run_dir: Path, step: int, log_rows: int | None = None) -> Path:
+    """A complete checkpoint as the trainer writes it: weights, optimizer state, then ``trainer_state.json``."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = run_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "adapter_model.safetensors"))
+    (folder / "optimizer.pt").write_bytes(b"state")
+    history = [{"step": s, "reward": 0.5} for s in range(1, (step if log_rows is None else log_rows) + 1)]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": history}))
+    return folder
+
+
 def earlier_run(run_dir: Path) -> dict[str, str]:
-    """A run folder as a finished run leaves it: a checkpoint, the final model, the log history."""
-    (run_dir / "checkpoint-2").mkdir(parents=True)
-    (run_dir / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    """A run folder as a finished run of the course leaves it: its marker, a checkpoint, the final model, the log."""
+    checkpoint(run_dir, 2)
+    run_folder.claim(run_dir)
     (run_dir / "final").mkdir()
     (run_dir / "final" / "config.json").write_text("{}")
     (run_dir / "log_history.csv").write_text("step,reward\n1,0.5\n")
     return snapshot(run_dir)
 
 
-def snapshot(run_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(run_dir)): p.read_text() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a folder and its bytes; the run lock aside (it holds no data, and a run may have held it)."""
+    files = [p for p in sorted(run_dir.rglob("*")) if p.is_file() and p.name != run_folder.LOCK_FILENAME]
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in files}
 
 
 # --- Validate before destroying -----------------------------------------------------------------------
@@ -81,13 +97,13 @@ def test_resume_says_which_checkpoint_or_that_it_starts_at_step_0(script, tmp_pa
     assert "starting at step 0" in capsys.readouterr().out
     earlier_run(tmp_path / "run")
     found = script.checkpoint_to_resume(tmp_path / "run", resume=True)
-    assert found == str(tmp_path / "run" / "checkpoint-2")
+    assert found == tmp_path / "run" / "checkpoint-2"
     assert f"continuing from {found} (step 2)" in capsys.readouterr().out
 
 
 def test_resume_without_a_checkpoint_over_an_earlier_result_is_refused(script, tmp_path):
     (tmp_path / "run" / "final").mkdir(parents=True)
-    with pytest.raises(SystemExit, match=r"no checkpoint-N .* --overwrite"):
+    with pytest.raises(SystemExit, match=r"no complete checkpoint-N .* --overwrite"):
         script.checkpoint_to_resume(tmp_path / "run", resume=True)
 
 
@@ -123,7 +139,7 @@ def test_a_failure_mid_run_keeps_a_checkpoint_and_the_log_history(script, tmp_pa
     trainer = SimpleNamespace(
         state=SimpleNamespace(global_step=3, max_steps=10, log_history=[{"step": 1, "reward": 0.5, "loss": 0.1}]),
         model=object(),
-        _save_checkpoint=lambda model, trial: saved.append((tmp_path / "checkpoint-3").mkdir()),
+        _save_checkpoint=lambda model, trial: saved.append(checkpoint(tmp_path, 3)),
     )
     script.keep_what_was_done(trainer, tmp_path, is_main=True)
     assert len(saved) == 1 and (tmp_path / "log_history.csv").is_file()

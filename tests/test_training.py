@@ -26,6 +26,7 @@ from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.models import build_tiny_random_model, load_model_and_tokenizer
 from course_utils.lesson.rewards import DEFAULT_WEIGHTS, load_weights, save_weights
 from course_utils.training import run as training
+from course_utils.training import run_folder
 from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.training.run import (
     GenerationBatchError,
@@ -485,6 +486,8 @@ def test_clear_run_dir_deletes_an_earlier_run_but_keeps_the_warm_start_and_empty
     (tmp_path / training.WARM_START_DIRNAME).mkdir()
     (tmp_path / training.WARM_START_DIRNAME / "config.json").write_text("{}")
     (tmp_path / "completions").mkdir()  # made by a GRPOTrainer with log_completions=True, before the clearing
+    (tmp_path / run_folder.MARKER_FILENAME).write_text("{}")  # the course made this folder
     training.clear_run_dir(tmp_path)
-    assert sorted(child.name for child in tmp_path.iterdir()) == ["completions", training.WARM_START_DIRNAME]
+    kept = ["completions", run_folder.MARKER_FILENAME, training.WARM_START_DIRNAME]
+    assert sorted(child.name for child in tmp_path.iterdir()) == kept
     assert (tmp_path / training.WARM_START_DIRNAME / "config.json").exists()

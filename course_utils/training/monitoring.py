@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 from collections.abc import Mapping, Sequence
@@ -104,35 +105,42 @@ class LiveDashboard(TrainerCallback):
         return self.figure
 
 
-class StopOnInterrupt(TrainerCallback):
-    """The first Ctrl-C ends the run after the step in progress, with a checkpoint of it; a second stops at once.
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}  # SIGTERM: how Colab and job schedulers stop
 
-    Why: a plain Ctrl-C unwinds ``trainer.train`` mid-step, and every step since the last ``save_steps`` checkpoint
-    is lost. Here the trainer itself saves (``control.should_save``) and stops (``control.should_training_stop``)
-    at the end of the step, so ``resume_from_checkpoint`` continues from it. Use it as a context manager around
-    ``trainer.train``, which installs the handler (main thread only) and restores the previous one;
-    ``requested`` says afterwards whether the run was stopped.
+
+class StopOnInterrupt(TrainerCallback):
+    """The first Ctrl-C or SIGTERM ends the run after the step in progress, with a checkpoint; a second stops at once.
+
+    Why: a plain Ctrl-C unwinds ``trainer.train`` mid-step, and a SIGTERM (what a notebook server, a job scheduler
+    or Colab sends) ends the process, so every step since the last ``save_steps`` checkpoint is lost. Here the
+    trainer itself saves (``control.should_save``) and stops (``control.should_training_stop``) at the end of the
+    step, so ``resume_from_checkpoint`` continues from it. Use it as a context manager around ``trainer.train``,
+    which installs the handlers (main thread only) and restores the previous ones; ``requested`` says afterwards
+    whether the run was stopped, ``signal_name`` by which signal.
     """
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.signal_name = ""
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopOnInterrupt:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._previous = {number: signal.signal(number, self._on_signal) for number in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+        self._previous = {}
 
-    def _on_sigint(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: stopping after the step in progress, with a checkpoint of it (Ctrl-C again: stop at once).")
+        self.signal_name = STOP_SIGNALS.get(signum, str(signum))
+        print(f"\n{self.signal_name}: stopping after the step in progress, with a checkpoint of it "
+              f"({self.signal_name} again: stop at once).", flush=True)  # fmt: skip
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.requested:
@@ -141,16 +149,42 @@ class StopOnInterrupt(TrainerCallback):
 
 
 def save_run_artifacts(log_history: Sequence[Mapping[str, Any]], run_dir: str | Path) -> dict[str, Path]:
-    """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths."""
+    """Write the log history as ``log_history.csv`` and the dashboard as ``dashboard.png``; return both paths.
+
+    Never over a longer log: a failed or resumed run whose history is shorter (a resume that stopped at step 0)
+    leaves the longer file as it is and says so. The csv is written aside and renamed, so it is never half-written.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     csv_path = run_dir / "log_history.csv"
-    pd.DataFrame(list(log_history)).to_csv(csv_path, index=False)
-    figure = plot_training_dashboard(training_logs(log_history))
     png_path = run_dir / "dashboard.png"
+    kept = logged_rows(csv_path)
+    if kept is None or kept > len(log_history):
+        why = "it cannot be read (delete it to let runs write theirs)" if kept is None else f"it has {kept} rows"
+        print(f"kept {csv_path}: {why}, and this run's log history has {len(log_history)}")
+        return {"csv": csv_path, "png": png_path}
+    partial = csv_path.with_name(csv_path.name + ".partial")
+    pd.DataFrame(list(log_history)).to_csv(partial, index=False)
+    os.replace(partial, csv_path)
+    figure = plot_training_dashboard(training_logs(log_history))
     figure.savefig(png_path, dpi=100, bbox_inches="tight")
     plt.close(figure)
     return {"csv": csv_path, "png": png_path}
+
+
+def logged_rows(csv_path: Path) -> int | None:
+    """How many rows a saved ``log_history.csv`` holds: 0 when there is none, None when it cannot be read.
+
+    A file that cannot be read is not replaced: it may be the only copy of a run's history.
+    """
+    if not csv_path.is_file():
+        return 0
+    try:
+        return len(pd.read_csv(csv_path))
+    except pd.errors.EmptyDataError:
+        return 0
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError):
+        return None
 
 
 def load_log_history(path: str | Path) -> list[dict[str, Any]]:

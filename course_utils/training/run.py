@@ -40,10 +40,9 @@ from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
-from course_utils.training import problem_choice
+from course_utils.training import problem_choice, run_folder
+from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
 
-FINAL_DIRNAME = "final"
-WARM_START_DIRNAME = "warm_start"
 RUN_INFO_FILENAME = "course_run.json"
 WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or saved model says it was primed
 PROMPT_BLOCK_ROWS = 512  # GSM8K prompts rendered and counted at a time while looking for the short ones
@@ -575,19 +574,12 @@ def build_trainer(
 
 
 def clear_run_dir(run_dir: str | Path) -> Path:
-    """Delete the checkpoints and outputs of an earlier run (a fresh start); keep the warm-start cache.
+    """Delete an earlier run (a fresh start) from a folder the course made; keep the warm start.
 
-    Empty folders stay: they hold nothing of an earlier run, and a trainer built before the clearing may have made
-    them for its own output (``GRPOTrainer`` with ``log_completions=True`` makes ``completions/``).
+    Only the course's own entries go, and only from a folder it marked; anything else is refused by name
+    (``run_folder.clear``): a run folder given by mistake (``.``, the outputs root, a project) is never emptied.
     """
-    run_dir = Path(run_dir)
-    if run_dir.is_dir():
-        for child in run_dir.iterdir():
-            if child.name == WARM_START_DIRNAME or (child.is_dir() and not any(child.iterdir())):
-                continue
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    return run_folder.clear(run_dir)
 
 
 # --- The lab's reward scale ---------------------------------------------------------------------
@@ -616,17 +608,18 @@ def save_final(trainer: Any, tokenizer: Any, folder: str | Path | None = None, m
         merge = is_peft and getattr(model.config, WARM_START_MARKER, None) is not None
     if is_peft and merge:
         model = model.merge_and_unload()
-    if folder.exists():
-        shutil.rmtree(folder)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    partial = folder.with_name(folder.name + ".partial")  # written aside, then renamed: never a half-saved model
+    if partial.exists():
+        shutil.rmtree(partial)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
     info = {
         "kind": "lora-adapter" if is_peft and not merge else "full-model",
         "global_step": trainer.state.global_step,
         "warm_start": getattr(model.config, WARM_START_MARKER, None),
     }
-    (folder / RUN_INFO_FILENAME).write_text(json.dumps(info, indent=2))
-    return folder
+    (partial / RUN_INFO_FILENAME).write_text(json.dumps(info, indent=2))
+    return run_folder.replace_folder(partial, folder)
 
 
 def load_trained_model(profile: Profile | str | None = None, folder: str | Path | None = None) -> tuple[Any, Any]:

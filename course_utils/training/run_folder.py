@@ -1,0 +1,305 @@
+"""A run folder the course owns: marked when made, cleared only of its own files, one run at a time.
+
+Why a marker: ``--overwrite`` and notebook 04's fresh start delete files, and the folder they are given may be a
+learner's project (an unset ``$RUN_DIR`` is ``.``) or the outputs root that holds every run. The course deletes
+only inside a folder it marked (``MARKER_FILENAME``), only the entries it writes (``course_entry``), and names
+anything else instead of touching it, as git refuses to clean files it does not track.
+
+Why complete checkpoints: transformers writes ``trainer_state.json`` last, so a checkpoint without it (or with
+weights cut short) was torn by a kill or a full disk; ``newest_complete_checkpoint`` skips it and says so, where
+``get_last_checkpoint`` would pick it. The marker also records the settings a run was made with, so a resume under
+other settings is refused before any work (``settings_conflicts``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from safetensors import safe_open
+
+from course_utils.core.paths import output_dir
+from course_utils.core.profiles import Profile
+
+FINAL_DIRNAME = "final"
+WARM_START_DIRNAME = "warm_start"
+LOG_FILENAME = "log_history.csv"
+MARKER_FILENAME = "course_run_folder.json"
+LOCK_FILENAME = ".course_run.lock"
+STATE_FILENAME = "trainer_state.json"
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+# What a course run writes into its folder: the trainer's checkpoints, TensorBoard logs, completions and model card,
+# the course's log, dashboard, final model (and its copy in the making), warm start, marker and lock
+COURSE_NAMES = frozenset({
+    FINAL_DIRNAME, f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old", WARM_START_DIRNAME, LOG_FILENAME,
+    f"{LOG_FILENAME}.partial", "dashboard.png", "runs", "completions", "README.md", MARKER_FILENAME, LOCK_FILENAME,
+})  # fmt: skip
+KEPT_ON_CLEAR = frozenset({WARM_START_DIRNAME, MARKER_FILENAME, LOCK_FILENAME})  # and what is not an earlier run
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
+# Profile fields a checkpoint cannot be continued under once changed: the model, the adapter's shape, the group
+# size, and the warm start the adapter was trained on
+RESUME_SETTING_FIELDS = (
+    "model_source", "model_id", "use_lora", "lora_r", "lora_alpha", "lora_target_modules", "lora_top_layers",
+    "num_generations", "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs",
+    "warm_start_batch_size", "warm_start_reasoning_lines",
+)  # fmt: skip
+
+
+class RunFolderError(ValueError):
+    """A run folder the course must not write into or clear; the message names it and the way forward."""
+
+
+# --- Which folders, and which of their entries, are the course's ------------------------------------
+
+
+def course_entry(name: str) -> bool:
+    """True for a name a course run writes into its folder (``checkpoint-N``, ``final``, ``log_history.csv``...)."""
+    return name in COURSE_NAMES or CHECKPOINT_PATTERN.match(name) is not None
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """The entries of ``run_dir`` a course run does not write (a learner's files), sorted."""
+    return sorted(child.name for child in run_dir.iterdir() if not course_entry(child.name)) if run_dir.is_dir() else []
+
+
+def is_marked(run_dir: Path) -> bool:
+    """True when the course made ``run_dir`` (its marker file is there)."""
+    return (run_dir / MARKER_FILENAME).is_file()
+
+
+def unsafe_reason(run_dir: Path) -> str | None:
+    """Why ``run_dir`` can never be a run folder (the current folder, home, the outputs root...), or None."""
+    if str(run_dir).strip() in ("", "."):
+        return "it is empty or '.' (an unset variable?), the current folder"
+    target = run_dir.expanduser().resolve()
+    roots = {"the current folder": Path.cwd(), "your home folder": Path.home(), "the outputs root": output_dir()}
+    for label, root in roots.items():
+        root = root.resolve()
+        if target == root or target in root.parents:
+            return f"it is {label}" if target == root else f"it holds {label} ({root})"
+    return None
+
+
+def check_can_hold_a_run(run_dir: Path) -> None:
+    """Refuse a path that is a file, a folder that must never be cleared, or a folder of a learner's own files."""
+    reason = unsafe_reason(run_dir)
+    if reason:
+        raise RunFolderError(f"{str(run_dir)!r} cannot be a run folder: {reason}. Give a folder of its own, "
+                             "e.g. --output-dir outputs/my-run.")  # fmt: skip
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir} is a file, not a folder: give another --output-dir (or move the file).")
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise RunFolderError(
+            f"{run_dir} holds files a course run does not write ({', '.join(foreign)}): the course writes only into a "
+            "new or empty folder, or one it made. Give another --output-dir, or move those files out."
+        )
+
+
+def claim(run_dir: Path, settings: dict[str, Any] | None = None) -> Path:
+    """Make ``run_dir`` (if needed) and mark it as the course's, with the run's ``settings``; return it.
+
+    An unmarked folder is claimed only when it holds nothing but course entries (an earlier run of the course).
+    """
+    check_can_hold_a_run(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info = read_marker(run_dir)
+    if settings is not None:
+        info["settings"] = settings
+    write_atomic(run_dir / MARKER_FILENAME, json.dumps({"made_by": "grpo-course", **info}, indent=2))
+    return run_dir
+
+
+def read_marker(run_dir: Path) -> dict[str, Any]:
+    """The marker's contents ({} when the folder has none); a damaged marker is named with its fix."""
+    path = run_dir / MARKER_FILENAME
+    if not path.is_file():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunFolderError(f"{path} is damaged ({exc}): delete it and pass --resume again (its settings "
+                             "are then not checked), or start a new --output-dir.") from exc  # fmt: skip
+    return info if isinstance(info, dict) else {}
+
+
+def clear(run_dir: str | Path) -> Path:
+    """Delete an earlier run's checkpoints and outputs from a folder the course made; keep the warm start.
+
+    Refused, naming why, for a folder the course did not make or one holding other files. A new or empty folder
+    (or one with only the warm start in it) is claimed. Empty folders stay: a trainer built before the clearing may
+    have made them for its own output (``log_completions=True`` makes ``completions/``).
+    """
+    run_dir = Path(run_dir)
+    check_clearable(run_dir)
+    for child in run_dir.iterdir() if run_dir.is_dir() else ():
+        if child.name in KEPT_ON_CLEAR or (child.is_dir() and not any(child.iterdir())):
+            continue
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    return claim(run_dir)
+
+
+def check_clearable(run_dir: Path) -> None:
+    """Refuse, naming why, to clear a folder the course did not make (or one holding files it did not write)."""
+    check_can_hold_a_run(run_dir)
+    earlier = earlier_entries(run_dir)
+    if earlier and not is_marked(run_dir):
+        raise RunFolderError(
+            f"{run_dir} was not made by the course (no {MARKER_FILENAME}), so it is not cleared. It holds "
+            f"{', '.join(earlier)}: delete it yourself if it is an old run, or give another --output-dir."
+        )
+
+
+def earlier_entries(run_dir: Path) -> list[str]:
+    """What an earlier run left in ``run_dir`` (checkpoints, ``final``, logs): its warm start, marker and empty
+    folders aside (a trainer makes ``completions/`` when it is built)."""
+    if not run_dir.is_dir():
+        return []
+    children = [child for child in run_dir.iterdir() if child.name not in KEPT_ON_CLEAR]
+    return sorted(child.name for child in children if not (child.is_dir() and not any(child.iterdir())))
+
+
+# --- One run per folder ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """Hold the folder's lock while a run writes into it; a second run is refused, naming the first's process.
+
+    An OS file lock (``flock``): it goes with the process, so a crashed or killed run never leaves it stuck.
+    """
+    import fcntl  # POSIX only; the course runs on Linux, macOS and Colab
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILENAME
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunFolderError(
+                f"{run_dir} is in use by another run ({_lock_owner(handle)}): wait for it to end, or give "
+                "another --output-dir."
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_owner(handle: TextIO) -> str:
+    handle.seek(0)
+    return handle.read().strip() or "process unknown"
+
+
+# --- Writing without tearing ---------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` beside ``path`` and rename it into place: a reader sees the old file or the new, never half."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def replace_folder(partial: Path, folder: Path) -> Path:
+    """Move a fully written ``partial`` folder to ``folder``, the old one aside first and deleted only after."""
+    old = folder.with_name(folder.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if folder.exists():
+        folder.rename(old)
+    partial.rename(folder)
+    if old.exists():
+        shutil.rmtree(old)
+    return folder
+
+
+# --- Complete checkpoints -----------------------------------------------------------------------------
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (torn, empty, weights cut short), or None when it is complete."""
+    try:
+        state = json.loads((checkpoint / STATE_FILENAME).read_text(encoding="utf-8"))
+        int(state["global_step"])
+    except FileNotFoundError:
+        return f"no {STATE_FILENAME} (the save did not finish)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{STATE_FILENAME} is damaged ({exc.__class__.__name__})"
+    weights = [checkpoint / name for name in WEIGHT_FILES if (checkpoint / name).is_file()]
+    if not weights:
+        return f"no model weights ({' or '.join(WEIGHT_FILES)})"
+    try:
+        with safe_open(str(weights[0]), framework="pt") as reader:
+            reader.keys()
+    except Exception as exc:  # safetensors raises its own error types for a short or garbled file
+        return f"{weights[0].name} is damaged ({exc})"
+    return None
+
+
+def checkpoints_newest_first(run_dir: Path) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``run_dir``, highest N first."""
+    found = [(int(m.group(1)), child) for child in run_dir.iterdir() if (m := CHECKPOINT_PATTERN.match(child.name))]
+    return [child for _, child in sorted(found, reverse=True) if child.is_dir()]
+
+
+def newest_complete_checkpoint(run_dir: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint that can be resumed from (or None), and each newer torn one with why it was skipped."""
+    skipped = []
+    for checkpoint in checkpoints_newest_first(run_dir) if run_dir.is_dir() else []:
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint, skipped
+        skipped.append(f"{checkpoint.name}: {problem}")
+    return None, skipped
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a complete checkpoint saved (its ``trainer_state.json``)."""
+    return int(json.loads((checkpoint / STATE_FILENAME).read_text(encoding="utf-8"))["global_step"])
+
+
+def checkpoint_history(checkpoint: Path) -> list[dict[str, Any]]:
+    """The log history up to a complete checkpoint: ``log_history.csv`` can always be rebuilt from this."""
+    return list(json.loads((checkpoint / STATE_FILENAME).read_text(encoding="utf-8"))["log_history"])
+
+
+def missing_optimizer_note(checkpoint: Path) -> str | None:
+    """What a resume loses when the checkpoint has no optimizer state, or None when it has one."""
+    if (checkpoint / "optimizer.pt").is_file():
+        return None
+    return (
+        f"{checkpoint.name} has no optimizer.pt: AdamW restarts with empty moment estimates (its first updates are "
+        "larger than the run's were); the learning-rate schedule continues from the saved step."
+    )
+
+
+# --- The settings a run was made with ----------------------------------------------------------------------
+
+
+def run_settings(profile: Profile) -> dict[str, Any]:
+    """The profile's settings that a checkpoint depends on, as JSON writes them (tuples as lists)."""
+    return json.loads(json.dumps({name: getattr(profile, name) for name in RESUME_SETTING_FIELDS}))
+
+
+def settings_conflicts(run_dir: Path, settings: dict[str, Any]) -> list[str]:
+    """``["lora_r: the run used 8, this command asks for 16", ...]`` against the settings the marker recorded."""
+    saved = read_marker(run_dir).get("settings")
+    if not isinstance(saved, dict):
+        return []
+    return [
+        f"{name}: the run used {saved[name]!r}, this command asks for {value!r}"
+        for name, value in settings.items()
+        if name in saved and saved[name] != value
+    ]
