@@ -140,7 +140,7 @@ def test_01_1_right_numbers_of_the_wrong_kind_fail_and_say_what_the_next_cells_n
 
 def test_01_1_a_list_is_named_as_a_list(capsys, trl_once):
     nb01.check_01_advantages(as_list)
-    assert "yours returns a list: the next cells call tensor methods" in capsys.readouterr().out
+    assert "yours returns a list of 4: the next cells call tensor methods" in capsys.readouterr().out
 
 
 def test_01_1_the_package_s_own_function_is_not_an_answer(capsys):

@@ -220,7 +220,48 @@ def constant(value):
     return reward
 
 
+def first_only(prompts, completions, answer, **kwargs):  # every batch of one passes; a real batch gets one reward
+    text = completion_texts(completions)[0]
+    return [2.0 if answers_match(extract_xml_answer(text), answer[0]) else 0.0]
+
+
+def zip_not_strict(prompts, completions, answer, **kwargs):  # a missing gold answer drops a completion silently
+    texts = completion_texts(completions)
+    return [2.0 if answers_match(extract_xml_answer(t), g) else 0.0 for t, g in zip(texts, answer)]  # noqa: B905
+
+
+def int_first_only(completions, **kwargs):
+    number = plain_number(extract_xml_answer(completion_texts(completions)[0]))
+    return [0.5 if number is not None and number == number.to_integral_value() else 0.0]
+
+
+def strict_as_generator(completions, **kwargs):  # right values, but no list: TRL and reward_table need one
+    return (rewards.strict_format_reward_func(completions=completions)[i] for i in range(len(completions)))
+
+
+def soft_stops_at_a_bad_one(completions, **kwargs):  # returns early at the first completion without text
+    scores = []
+    for text in completion_texts(completions):
+        if not text:
+            return scores
+        scores.append(rewards.soft_format_reward_func(completions=[text])[0])
+    return scores
+
+
+def xmlcount_last_only(completions, **kwargs):  # overwrites instead of appending
+    score = 0.0
+    for text in completion_texts(completions):
+        score = rewards.xmlcount_reward_func(completions=[text])[0]
+    return [score]
+
+
 WRONG_REWARDS = {  # (notebook name, wrong answer, what the check names: a case where the two differ)
+    "scores the first completion only": ("correctness_reward_func", first_only, "a list of 5, yours returns 1 reward(s) for 5"),
+    "zip without strict=True": ("correctness_reward_func", zip_not_strict, "3 completions, 2 gold answers"),
+    "int: first completion only": ("int_reward_func", int_first_only, "1 reward(s) for 5 completion(s)"),
+    "rewards as a generator": ("strict_format_reward_func", strict_as_generator, "returns a generator"),
+    "stops at the first empty completion": ("soft_format_reward_func", soft_stops_at_a_bad_one, "a batch of"),
+    "keeps the last score only": ("xmlcount_reward_func", xmlcount_last_only, "1 reward(s) for 5 completion(s)"),
     "classic exact string comparison": ("correctness_reward_func", classic_correctness, "answer $1,000"),
     "strings compared, not values": ("correctness_reward_func", string_equality, "answer $1,000"),
     "float() on the answer": ("correctness_reward_func", float_equality, "answer $1,000"),
@@ -287,12 +328,12 @@ def test_the_value_answers_of_the_solution_pass_and_the_stubs_read_not_answered(
     assert "⏳ 03.6 classic correctness on 1,000: not answered yet" in out and "⏳ 03.7 regex flag" in out
 
 
-@pytest.mark.parametrize("right", [0.0, 0, "0", "0.0"])
+@pytest.mark.parametrize("right", [0.0, 0, np.float64(0.0)])
 def test_03_6_accepts_zero(right):
     assert nb03.check_03_classic_comma(right)
 
 
-@pytest.mark.parametrize("wrong", [2.0, 2, "1,000", 0.5, [0.0]])
+@pytest.mark.parametrize("wrong", [2.0, 2, "1,000", 0.5, [0.0], "0", "0.0", False])
 def test_03_6_refuses_what_the_corrected_reward_or_a_misreading_gives(wrong, capsys):
     assert not nb03.check_03_classic_comma(wrong)
     assert "❌ 03.6" in capsys.readouterr().out
@@ -393,6 +434,29 @@ def test_an_own_reward_that_breaks_the_contract_fails(mistake, gsm8k_train, caps
     out = capsys.readouterr().out
     assert "❌ 03.8 your own reward: not yet:" in out
     assert message in out, out
+
+
+async def async_penalty(completions, **kwargs):  # TRL 1.16 awaits an async def reward
+    return length_penalty(completions)
+
+
+async def async_correctness(prompts, completions, answer, **kwargs):
+    return rewards.correctness_reward_func(prompts, completions, answer)
+
+
+def test_an_async_own_reward_passes_and_the_notebook_gets_a_plain_function(gsm8k_train, capsys):
+    handed_back = nb03.check_03_own_reward(async_penalty, gsm8k_train)
+    assert "✅ 03.8" in capsys.readouterr().out
+    assert handed_back.__name__ == "async_penalty"
+    completions = [[{"role": "assistant", "content": "a\na\nb"}], "x"]
+    assert handed_back(completions=completions) == length_penalty(completions)
+
+
+def test_an_async_corrected_reward_passes_and_is_handed_back_awaited(gsm8k_train, capsys):
+    handed_back = nb03.check_03_correctness(async_correctness, gsm8k_train)
+    assert "✅ 03.1 correctness_reward_func" in capsys.readouterr().out
+    completions = [[{"role": "assistant", "content": "<answer>\n1,000\n</answer>"}]]
+    assert handed_back(prompts=None, completions=completions, answer=["1000"]) == [2.0]
 
 
 def test_the_own_reward_is_run_by_trl_itself(gsm8k_train):

@@ -232,6 +232,8 @@ def kind_of(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         grad = ", carrying the gradient" if value.grad_fn is not None else ""
         return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}{grad}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
     return f"a {type(value).__name__}"
 
 

@@ -10,7 +10,10 @@ it passed, else the package's.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
+import inspect
 import math
 import numbers
 import re
@@ -176,6 +179,71 @@ def reward_cases(dataset: Any) -> list[Case]:
     return cases
 
 
+def awaited(value: Any) -> Any:
+    """The value of an awaitable, run as TRL 1.16 runs an ``async def`` reward: on an event loop of its own thread.
+
+    A thread of its own, because a notebook's kernel already runs an event loop in this one.
+    """
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait() -> Any:
+        return await value
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
+
+
+def synchronous(learner: Callable[..., Any]) -> Callable[..., Any]:
+    """The learner's reward as a plain function: an ``async def`` one awaited each call (the rest unchanged).
+
+    What the notebook continues with: its later cells call the reward directly, where TRL would await it.
+    """
+    if not inspect.iscoroutinefunction(learner):
+        return learner
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return awaited(learner(*args, **kwargs))
+
+    call.__name__ = call.__qualname__ = getattr(learner, "__name__", "own_reward_func")
+    call.__doc__ = learner.__doc__
+    return call
+
+
+def batch_cases(dataset: Any, size: int = 5) -> list[Case]:
+    """Batches of several completions of unequal lengths, as TRL passes a generation batch.
+
+    The edge cases in batches of ``size``, and each real row's variants (exact, chatty, cut off...) as one
+    group: a reward that scores only the first completion, or stops early, differs here.
+    """
+    singles = [(label, completion, gold) for label, completion, gold in EDGE_CASES if completion is not None]
+    cases = []
+    for start in range(0, len(singles), size):
+        chunk = singles[start : start + size]
+        _, completions, golds = zip(*chunk, strict=True)
+        label = f"a batch of {len(chunk)}: {', '.join(label for label, _, _ in chunk)}"
+        cases.append(Case(label, (trl_reward_kwargs(completions, golds, [""] * len(chunk)),)))
+    indices = real_row_indices(dataset, count=4)
+    for index, row in zip(indices, dataset_rows(dataset, indices), strict=True):
+        gold, reasoning = extract_hash_answer(row["answer"]), extract_reasoning(row["answer"])
+        texts = [text for _, text in _variants(reasoning, gold)]
+        kwargs = trl_reward_kwargs([_conversation(t) for t in texts], [gold] * len(texts), [reasoning] * len(texts))
+        cases.append(Case(f"row {index}: a group of {len(texts)} completions of unequal lengths", (kwargs,)))
+    return cases
+
+
+def mismatch_cases(dataset: Any) -> list[Case]:
+    """Gold answers that do not pair up with the completions: an error, never a reward silently dropped."""
+    rows = dataset_rows(dataset, real_row_indices(dataset, count=3)[:3])
+    golds = [extract_hash_answer(row["answer"]) for row in rows]
+    completions = [_conversation(format_answer(extract_reasoning(r["answer"]), g)) for r, g in zip(rows, golds,
+                                                                                               strict=True)]
+    return [
+        Case("3 completions, 2 gold answers", (trl_reward_kwargs(completions, golds[:2], [""] * 3),)),
+        Case("2 completions, 3 gold answers", (trl_reward_kwargs(completions[:2], golds, [""] * 2),)),
+    ]
+
+
 def _called_like_trl(function: Callable[..., Any]) -> Callable[[dict[str, Any]], Any]:
     """``function(**kwargs)``: how ``GRPOTrainer`` calls a reward (keywords only, extra columns included).
 
@@ -185,22 +253,35 @@ def _called_like_trl(function: Callable[..., Any]) -> Callable[[dict[str, Any]],
 
     @functools.wraps(function)
     def call(kwargs: dict[str, Any]) -> Any:
-        return function(**kwargs)
+        return awaited(function(**kwargs))  # an async def reward is awaited, as TRL awaits it
 
     return call
 
 
-def _check_reward(exercise: str, learner: Any, reference: Callable[..., Any], dataset: Any, hint: str) -> Any:
+def rewards_needs(expected: list[float], got: Any) -> str | None:
+    """What TRL and the next cells do with a reward's return: one float per completion, in a list."""
+    if not isinstance(got, (list, tuple)):
+        return f"returns a {type(got).__name__}: TRL needs a list with one reward per completion"
+    if len(got) != len(expected):
+        return f"returns {len(got)} reward(s) for {len(expected)} completion(s): one per completion"
+    return None
+
+
+def _check_reward(
+    exercise: str, learner: Any, reference: Callable[..., Any], dataset: Any, hint: str, extra: Sequence[Case] = ()
+) -> Any:
     """Run the learner's reward next to the reference on every case; hand back the one the notebook continues with."""
+    cases = [*reward_cases(dataset), *batch_cases(dataset), *extra]
     passed = not not_a_function(exercise, learner, hint) and check_against_reference(
-        exercise, _called_like_trl(learner), _called_like_trl(reference), reward_cases(dataset), hint=hint
+        exercise, _called_like_trl(learner), _called_like_trl(reference), cases, hint=hint, needs=rewards_needs
     )
-    return hand_back(exercise, passed, learner, reference, f"rewards.{reference.__name__}")
+    return hand_back(exercise, passed, synchronous(learner), reference, f"rewards.{reference.__name__}")
 
 
 def check_03_correctness(learner: Any, dataset: Any) -> Any:
     """03.1: the learner's corrected ``correctness_reward_func``; hands back theirs or ``rewards``'."""
-    return _check_reward(CORRECTNESS, learner, rewards.correctness_reward_func, dataset, CORRECTNESS_HINT)
+    extra = mismatch_cases(dataset)
+    return _check_reward(CORRECTNESS, learner, rewards.correctness_reward_func, dataset, CORRECTNESS_HINT, extra)
 
 
 def check_03_int(learner: Any, dataset: Any) -> Any:
@@ -294,7 +375,7 @@ def _batch_problem(name: str, completions: list[Any], learner: Callable[..., Any
     """Call the learner as TRL does on one batch: ``(what is wrong or None, the rewards)``."""
     kwargs = trl_reward_kwargs(completions, ["1000"] * len(completions), [""] * len(completions))
     try:
-        values = learner(**kwargs)
+        values = awaited(learner(**kwargs))
     except NotImplementedError:
         raise  # a stub: "not answered yet", not a wrong answer
     except Exception as error:  # the learner's bug is a verdict, never a crash
@@ -337,7 +418,7 @@ def _through_trl(learner: Callable[..., Any], dataset: Any) -> str | None:
     completions = [_conversation(_looping(r, 1 + i)) for i, r in enumerate(reasonings)]
     prompts = [build_prompt(row["question"]) for row in rows]
     try:
-        trl_reward_values(learner, prompts, completions, answer=golds, reasoning=reasonings)
+        trl_reward_values(synchronous(learner), prompts, completions, answer=golds, reasoning=reasonings)
     except Exception as error:  # TRL's own error (a wrong length, say) or the learner's, reported as it reads
         return f"GRPOTrainer could not use it: {type(error).__name__}: {' '.join(str(error).split())[:120]}"
     return None
@@ -366,4 +447,4 @@ def check_03_own_reward(learner: Any, dataset: Any) -> Any:
             f"✅ {OWN_REWARD}: one number per completion on all {batches} batches (junk included), different "
             "rewards for different completions, and GRPOTrainer's own reward code ran it."
         )
-    return hand_back(OWN_REWARD, not problems, learner, reference, name)
+    return hand_back(OWN_REWARD, not problems, synchronous(learner), reference, name)
