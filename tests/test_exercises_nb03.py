@@ -256,7 +256,7 @@ def xmlcount_last_only(completions, **kwargs):  # overwrites instead of appendin
 
 
 WRONG_REWARDS = {  # (notebook name, wrong answer, what the check names: a case where the two differ)
-    "scores the first completion only": ("correctness_reward_func", first_only, "a list of 5, yours returns 1 reward(s) for 5"),
+    "scores the first completion only": ("correctness_reward_func", first_only, "list of 5, yours returns 1 reward(s)"),
     "zip without strict=True": ("correctness_reward_func", zip_not_strict, "3 completions, 2 gold answers"),
     "int: first completion only": ("int_reward_func", int_first_only, "1 reward(s) for 5 completion(s)"),
     "rewards as a generator": ("strict_format_reward_func", strict_as_generator, "returns a generator"),
