@@ -37,6 +37,7 @@ from course_utils.training import run_folder
 from course_utils.training.monitoring import StopOnInterrupt, save_run_artifacts
 from course_utils.training.run import (
     build_trainer,
+    check_training_ranges,
     default_run_dir,
     load_model_for_training,
     make_grpo_config,
@@ -104,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 def build_config(profile: Profile, run_dir: Path, overrides: dict[str, Any]) -> Any:
     """The run's ``GRPOConfig``, checked (field names, generation batch, TRL's own checks) as a clear exit."""
     try:
-        return make_grpo_config(profile, run_dir, **overrides)
+        config = make_grpo_config(profile, run_dir, **overrides)
+        check_training_ranges(config)
+        return config
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"error: --config / --set: {exc}") from None
 
@@ -214,15 +217,17 @@ def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from:
     """After a stop or a failure mid-run: a checkpoint of the last finished step, and the log history so far.
 
     The checkpoint is the trainer's own (``_save_checkpoint``: model, optimizer, scheduler, RNG, state), so
-    ``--resume`` continues from it; a step already checkpointed, or none finished, is not saved. The log never
-    replaces a longer one (``save_run_artifacts``). One process only: saving under several would wait on
-    processes that may have stopped.
+    ``--resume`` continues from it; a step already checkpointed is not saved again. A resume that failed before
+    its first new step keeps the folder as it was. The log never replaces a longer one (``save_run_artifacts``).
+    One process only: saving under several would wait on processes that may have stopped.
     """
     step = trainer.state.global_step
-    started = run_folder.checkpoint_step(resumed_from) if resumed_from else 0
-    if is_main and step > started and not (run_dir / f"checkpoint-{step}").is_dir():
+    if step <= (run_folder.checkpoint_step(resumed_from) if resumed_from else 0):
+        print(f"no new step finished: {run_dir} is as it was")
+        return
+    if is_main and not (run_dir / f"checkpoint-{step}").is_dir():
         trainer._save_checkpoint(trainer.model, trial=None)
-    if is_main and trainer.state.log_history:
+    if is_main:
         save_run_artifacts(trainer.state.log_history, run_dir)
     last, _ = run_folder.newest_complete_checkpoint(run_dir)
     where = f"checkpoint {last}" if last else "no checkpoint (no step had finished)"
@@ -233,13 +238,13 @@ def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from:
 
 def explain_failure(exc: BaseException, step: int, resumed_from: Path | None) -> None:
     """Name a failure's cause and a way forward that works (a failed resume does not lead back into itself)."""
-    print(f"the run failed at step {step}: {type(exc).__name__}: {exc}")
-    started = run_folder.checkpoint_step(resumed_from) if resumed_from else None
-    if resumed_from is not None and step == started:
-        print(f"no step ran after {resumed_from}: if it cannot be loaded, move it out of the run folder and "
-              "--resume from the one before, or pass --overwrite to start again.")  # fmt: skip
+    cause = f"{type(exc).__name__}: {exc}"
+    if resumed_from is not None and step <= run_folder.checkpoint_step(resumed_from):
+        print(f"the resume from {resumed_from} failed before any new step ({cause}). If that checkpoint cannot be "
+              "loaded, move it out of the run folder and --resume from the one before, or pass --overwrite to start "
+              "again.")  # fmt: skip
     else:
-        print("fix the cause above, then run the same command with --resume")
+        print(f"the run failed at step {step} ({cause}): fix the cause, then run the same command with --resume")
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -90,6 +90,12 @@ def _parse_line(path: Path, line_number: int, line: str, required: Sequence[str]
             f"{path}:{line_number} has keys {sorted(row)}, not {list(required)} (missing {missing}). GSM8K rows "
             "need 'question' (the problem) and 'answer' (the worked solution ending '#### number'): rename the keys."
         )
+    not_text = {key: type(row[key]).__name__ for key in required if not isinstance(row[key], str)}
+    if not_text:
+        raise ValueError(
+            f"{path}:{line_number} has {', '.join(f'{key!r} as a {kind}' for key, kind in not_text.items())}: GSM8K's "
+            "'question' and 'answer' are text, the answer a worked solution ending '#### number'. Quote the values."
+        )
     return row
 
 

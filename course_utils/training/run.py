@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import warnings
@@ -237,6 +238,27 @@ def make_grpo_config(
         int(os.environ.get("WORLD_SIZE", "1")),  # set by torchrun / accelerate launch
     )
     return GRPOConfig(**kwargs)
+
+
+# Values GRPOConfig accepts and training then fails on (a division by 0, inf or nan weights) or runs backwards with:
+# the smallest allowed value, whether it is allowed itself, and what to give
+TRAINING_RANGES: dict[str, tuple[float, bool, str]] = {
+    "temperature": (0.0, False, "a finite number above 0 (sampling divides the logits by it; 1.0 is usual)"),
+    "learning_rate": (0.0, False, "a finite number above 0 (LoRA runs use about 1e-5 to 2e-4)"),
+    "beta": (0.0, True, "0 (no reference model) or a finite number above it (the KL penalty's weight; 0.04 is usual)"),
+}
+
+
+def check_training_ranges(config: Any) -> None:
+    """Refuse a ``temperature``, ``learning_rate`` or ``beta`` that cannot train, naming the field and its range.
+
+    For a run about to start (the script); a learner's config in notebook 04 is judged by its check instead.
+    """
+    for name, (low, low_allowed, wanted) in TRAINING_RANGES.items():
+        value = getattr(config, name, None)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < low or (value == low and not low_allowed):
+            raise ValueError(f"{name}={value!r} cannot train: it must be {wanted}.")
 
 
 # Fields shown in the notebook, with why they matter.
