@@ -27,7 +27,7 @@ from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weight
 from course_utils.training import preflight, run_folder
 from course_utils.training import warm_start as warm
 from course_utils.training.lab import trained_label
-from course_utils.training.monitoring import StopOnInterrupt, load_log_history
+from course_utils.training.monitoring import StopOnInterrupt, load_log_history, save_run_artifacts
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_grpo.py"
@@ -103,6 +103,7 @@ def test_resume_says_which_checkpoint_or_that_it_starts_at_step_0(script, tmp_pa
 
 def test_resume_without_a_checkpoint_over_an_earlier_result_is_refused(script, tmp_path):
     (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "final" / "config.json").write_text("{}")
     with pytest.raises(SystemExit, match=r"no complete checkpoint-N .* --overwrite"):
         script.checkpoint_to_resume(tmp_path / "run", resume=True)
 
@@ -116,22 +117,254 @@ def test_a_bad_profile_value_is_a_clear_exit_before_any_work(script, tmp_path, c
     assert snapshot(tmp_path / "run") == before
 
 
+# --- The course deletes only what it wrote --------------------------------------------------------------
+
+
+@pytest.fixture
+def project(monkeypatch, tmp_path):
+    """A learner's project folder, the current folder, with files of its own: nothing may delete them."""
+    (tmp_path / "NOTES.md").write_text("my notes")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("print(1)")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "message"),
+    [("", r"--output-dir is empty \(an unset variable"), (".", r"'\.' cannot be a run folder: it is empty or '\.'")],
+)
+def test_an_empty_or_dot_output_dir_with_overwrite_deletes_nothing(script, project, output_dir, message):
+    before = snapshot(project)
+    with pytest.raises(SystemExit, match=message):
+        script.main(["--profile", "ci", "--output-dir", output_dir, "--overwrite"])
+    assert snapshot(project) == before
+
+
+def test_the_outputs_root_is_never_a_run_folder(script, monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    before = earlier_run(tmp_path / "outputs" / "grpo-ci")
+    with pytest.raises(SystemExit, match=r"cannot be a run folder: it is the outputs root"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "outputs"), "--overwrite"])
+    assert snapshot(tmp_path / "outputs" / "grpo-ci") == before
+
+
+def test_a_run_folder_holding_other_files_is_refused_by_name(script, tmp_path):
+    before = earlier_run(tmp_path / "run")
+    (tmp_path / "run" / "slider_weights.json").write_text("{}")
+    with pytest.raises(SystemExit, match=r"holds files a course run does not write \(slider_weights.json\)"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == {**before, "slider_weights.json": b"{}"}
+
+
+def test_a_folder_the_course_did_not_mark_is_not_cleared(script, tmp_path):
+    before = earlier_run(tmp_path / "run")
+    (tmp_path / "run" / run_folder.MARKER_FILENAME).unlink()
+    with pytest.raises(SystemExit, match=r"was not made by the course .* not cleared"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == {k: v for k, v in before.items() if k != run_folder.MARKER_FILENAME}
+
+
+def test_a_run_folder_that_is_a_file_is_named(script, tmp_path):
+    (tmp_path / "run").write_text("a file")
+    with pytest.raises(SystemExit, match=r"run is a file, not a folder"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run")])
+
+
+def test_a_mistyped_cpu_speedups_switch_stops_overwrite_before_it_deletes(script, monkeypatch, tmp_path):
+    before = earlier_run(tmp_path / "run")
+    monkeypatch.setenv("COURSE_CPU_SPEEDUPS", "ture")
+    with pytest.raises(SystemExit, match=r"COURSE_CPU_SPEEDUPS='ture' is not a switch"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--vllm-server", "http://localhost:8000"], r"needs vLLM, which is not installed"),
+        (["--config", "report_to=wandb"], r"report_to='wandb' needs the 'wandb' package"),
+    ],
+)
+def test_a_flag_whose_package_is_missing_is_refused_before_any_work(script, tmp_path, flags, message):
+    package = {"--vllm-server": "vllm", "--config": "wandb"}[flags[0]]
+    if _installed(package):
+        pytest.skip(f"{package} is installed here: the missing-package message cannot show")
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=message):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite", *flags])
+    assert snapshot(tmp_path / "run") == before
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
+def test_clearing_keeps_the_warm_start_and_the_marker_and_deletes_only_course_entries(tmp_path):
+    earlier_run(tmp_path / "run")
+    (tmp_path / "run" / "warm_start" / "model").mkdir(parents=True)
+    run_folder.clear(tmp_path / "run")
+    assert sorted(child.name for child in (tmp_path / "run").iterdir()) == [run_folder.MARKER_FILENAME, "warm_start"]
+
+
+def test_the_final_model_is_replaced_only_once_the_new_one_is_complete(tmp_path):
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "old.txt").write_text("old")
+    (tmp_path / "final.partial").mkdir()
+    (tmp_path / "final.partial" / "new.txt").write_text("new")
+    run_folder.replace_folder(tmp_path / "final.partial", tmp_path / "final")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+    assert [p.name for p in (tmp_path / "final").iterdir()] == ["new.txt"]
+
+
+# --- A checkpoint is complete or ignored ----------------------------------------------------------------
+
+
+def tear(folder: Path, how: str) -> None:
+    """Leave a checkpoint as a kill or a full disk does: only the model card, an empty state, weights cut short."""
+    if how == "only README.md":
+        for path in folder.iterdir():
+            path.unlink()
+        (folder / "README.md").write_text("model card")
+    elif how == "empty trainer_state.json":
+        (folder / "trainer_state.json").write_text("")
+    else:
+        weights = folder / "adapter_model.safetensors"
+        os.truncate(weights, weights.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("how", ["only README.md", "empty trainer_state.json", "weights cut short"])
+def test_resume_skips_a_torn_newest_checkpoint_and_names_it(script, tmp_path, capsys, how):
+    earlier_run(tmp_path / "run")
+    tear(checkpoint(tmp_path / "run", 3), how)
+    found = script.checkpoint_to_resume(tmp_path / "run", resume=True)
+    assert found == tmp_path / "run" / "checkpoint-2"
+    out = capsys.readouterr().out
+    assert "skipping" in out and "checkpoint-3" in out and "continuing from" in out and "(step 2)" in out
+
+
+def test_a_resume_without_optimizer_state_says_what_it_loses(script, tmp_path, capsys):
+    earlier_run(tmp_path / "run")
+    (tmp_path / "run" / "checkpoint-2" / "optimizer.pt").unlink()
+    script.checkpoint_to_resume(tmp_path / "run", resume=True)
+    assert "no optimizer.pt: AdamW restarts" in capsys.readouterr().out
+
+
+def test_a_finished_run_says_so_and_keeps_its_final_model(script, tmp_path, capsys):
+    before = earlier_run(tmp_path / "run")
+    final = script.main(["--profile", "ci", "--set", "max_steps=2", "--output-dir", str(tmp_path / "run"), "--resume"])
+    assert final == tmp_path / "run" / "final"
+    assert "the run is finished (step 2 of max_steps=2)" in capsys.readouterr().out
+    assert snapshot(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [(["lora_r=16"], "lora_r"), (["num_generations=4", "per_device_train_batch_size=4"], "num_generations")],
+)
+def test_a_resume_under_other_settings_is_refused_naming_both_values(script, tmp_path, changes, field):
+    earlier_run(tmp_path / "run")
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(get_profile("ci")))
+    before = snapshot(tmp_path / "run")
+    old = getattr(get_profile("ci"), field)
+    with pytest.raises(SystemExit, match=rf"{field}: the run used {old}, this command asks for .*--overwrite"):
+        sets = [arg for change in changes for arg in ("--set", change)]
+        script.main(["--profile", "ci", *sets, "--output-dir", str(tmp_path / "run"), "--resume"])
+    assert snapshot(tmp_path / "run") == before
+
+
+# --- The log is never shortened ---------------------------------------------------------------------------
+
+
+def test_a_shorter_log_never_replaces_a_longer_one(tmp_path, capsys):
+    rows = [{"step": step, "reward": 0.5} for step in (1, 2, 3)]
+    save_run_artifacts(rows, tmp_path)
+    before = (tmp_path / "log_history.csv").read_bytes()
+    save_run_artifacts(rows[:1], tmp_path)
+    assert (tmp_path / "log_history.csv").read_bytes() == before
+    assert "kept" in capsys.readouterr().out
+    save_run_artifacts([*rows, {"step": 4, "reward": 1.0}], tmp_path)
+    assert len(load_log_history(tmp_path / "log_history.csv")) == 4
+
+
+def test_a_failure_before_any_step_leaves_the_log_and_says_a_way_forward(script, tmp_path, capsys):
+    earlier_run(tmp_path / "run")
+    before = (tmp_path / "run" / "log_history.csv").read_bytes()
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=0, max_steps=0, log_history=[]), model=object())
+    resumed = tmp_path / "run" / "checkpoint-2"
+    script.keep_what_was_done(trainer, tmp_path / "run", is_main=True, resumed_from=resumed)
+    script.explain_failure(RuntimeError("bad optimizer.pt"), 0, resumed)
+    assert (tmp_path / "run" / "log_history.csv").read_bytes() == before
+    out = capsys.readouterr().out
+    assert "RuntimeError: bad optimizer.pt" in out and "move it out of the run folder" in out
+
+
+def test_the_log_history_can_be_rebuilt_from_the_newest_complete_checkpoint(tmp_path):
+    folder = checkpoint(tmp_path, 3)
+    assert [row["step"] for row in run_folder.checkpoint_history(folder)] == [1, 2, 3]
+
+
+# --- One run per folder -------------------------------------------------------------------------------------
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
+    in_use = pytest.raises(run_folder.RunFolderError, match=r"in use by another run \(process")
+    with run_folder.locked(tmp_path), in_use, run_folder.locked(tmp_path):
+        pass
+    with run_folder.locked(tmp_path):  # released when the run ends
+        pass
+
+
+def test_a_killed_run_leaves_no_stuck_lock(tmp_path):
+    holder = "import sys, time; from course_utils.training import run_folder as f; from pathlib import Path\n"
+    holder += "with f.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        with pytest.raises(run_folder.RunFolderError), run_folder.locked(tmp_path):
+            pass
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+    with run_folder.locked(tmp_path):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("temperature=0", r"temperature=0 cannot train: it must be a finite number above 0"),
+        ("learning_rate=1e999", r"learning_rate=inf cannot train: it must be a finite number above 0"),
+        ("beta=-1.0", r"beta=-1.0 cannot train: it must be 0 \(no reference model\) or"),
+    ],
+)
+def test_a_value_that_cannot_train_is_refused_before_the_earlier_run_is_touched(script, tmp_path, change, message):
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=message):
+        script.main(["--profile", "ci", "--set", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
 # --- An interrupt keeps what was done ------------------------------------------------------------------
 
 
-def test_the_first_ctrl_c_asks_for_a_checkpoint_and_a_stop_the_second_stops_at_once():
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_the_first_ctrl_c_or_sigterm_asks_for_a_checkpoint_and_a_stop_the_second_stops_at_once(number):
     control = SimpleNamespace(should_save=False, should_training_stop=False)
-    previous = signal.getsignal(signal.SIGINT)
+    previous = signal.getsignal(number)
     with StopOnInterrupt() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), number)
         time.sleep(0.1)
         assert stop.requested
         stop.on_step_end(None, None, control)
         assert control.should_save and control.should_training_stop
         with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), number)
             time.sleep(0.1)
-    assert signal.getsignal(signal.SIGINT) is previous
+    assert signal.getsignal(number) is previous
 
 
 def test_a_failure_mid_run_keeps_a_checkpoint_and_the_log_history(script, tmp_path, capsys):
@@ -187,6 +420,48 @@ def test_a_real_ctrl_c_keeps_a_checkpoint_and_resume_continues_from_it(gsm8k_env
     assert "trained 3 steps" in done.stdout
     logged = [row for row in load_log_history(run_dir / "log_history.csv") if "reward" in row]
     assert [int(row["step"]) for row in logged] == [1, 2, 3]
+
+
+@pytest.mark.long
+def test_sigterm_keeps_the_run_and_a_resume_past_a_torn_checkpoint_keeps_every_log_row(gsm8k_env):
+    """SIGTERM after the first step keeps a checkpoint and the log; a resume whose newest checkpoint is torn (as
+    ``kill -9`` during a save leaves it) or fails to load keeps every row and continues from the complete one."""
+    run_dir = gsm8k_env / "run"
+    command = [sys.executable, "-u", str(SCRIPT), "--profile", "ci", "--output-dir", str(run_dir)]
+    command += ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "warm_start_examples=0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "TQDM_DISABLE": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for(process, "'loss'", timeout=600)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 143, out[-3000:]
+    assert "SIGTERM: stopping after the step in progress" in out and "stopped at step 2 of 3" in out
+    assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()
+    log = (run_dir / "log_history.csv").read_bytes()
+    steps = [int(row["step"]) for row in load_log_history(run_dir / "log_history.csv") if "reward" in row]
+    assert steps == [1, 2]
+
+    (run_dir / "checkpoint-3").mkdir()
+    (run_dir / "checkpoint-3" / "README.md").write_text("model card")  # a save killed after its first file
+    optimizer = run_dir / "checkpoint-2" / "optimizer.pt"
+    saved_optimizer = optimizer.read_bytes()
+    optimizer.write_bytes(b"not a torch file")
+    failed = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-3000:]
+    assert "skipping" in failed.stdout and "checkpoint-3" in failed.stdout
+    assert "failed before any new step" in failed.stdout and "move it out of the run folder" in failed.stdout
+    assert (run_dir / "log_history.csv").read_bytes() == log
+
+    optimizer.write_bytes(saved_optimizer)
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert f"continuing from {run_dir / 'checkpoint-2'} (step 2)" in done.stdout
+    assert "trained 3 steps" in done.stdout
+    logged = [int(row["step"]) for row in load_log_history(run_dir / "log_history.csv") if "reward" in row]
+    assert logged == [1, 2, 3]
 
 
 # --- Saved artefacts carry their settings --------------------------------------------------------------
@@ -288,6 +563,15 @@ def test_rows_with_other_keys_name_the_file_line_and_keys(monkeypatch, tmp_path)
     (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
     with pytest.raises(ValueError, match=r"train.jsonl:2 has keys \['problem', 'solution'\].*rename the keys"):
+        load_gsm8k("train", verbose=False)
+
+
+@pytest.mark.parametrize("answer", [42, ["#### 4"], None])
+def test_a_row_whose_answer_is_not_text_names_the_file_line_and_key(monkeypatch, tmp_path, answer):
+    good = {"question": "1+1?", "answer": "#### 2"}
+    (tmp_path / "train.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({"question": "2+2?", "answer": answer}))
+    monkeypatch.setenv("GSM8K_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match=rf"train.jsonl:2 has 'answer' as a {type(answer).__name__}: .*Quote"):
         load_gsm8k("train", verbose=False)
 
 
