@@ -51,7 +51,7 @@ def test_the_notebooks_history_is_the_one_the_test_reads():
     assert namespace["exercise_history"] == MONITORING_HISTORY
 
 
-@pytest.mark.parametrize("wrong", [128, 8, 1, 16.5, "16 prompts", None])
+@pytest.mark.parametrize("wrong", [128, 8, 1, 16.5, "16 prompts", None, "16", True])
 def test_04_5_wrong_prompt_counts_fail(wrong, capsys):
     """128 completions, 8 per group, one prompt; a number in a sentence is not a number."""
     assert nb04.check_04_prompts_per_step(wrong) is False

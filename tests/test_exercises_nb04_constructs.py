@@ -9,6 +9,7 @@ answers a learner really writes fail, naming the problem; right answers that dif
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -151,6 +152,40 @@ def test_04_1_precision_on_the_gpu_profiles(name, flags, named):
     """A GPU config cannot be built without a GPU: the rule is tested on its three fields (no GPU here: no bf16)."""
     problems = nb04.precision_problems(SimpleNamespace(**flags), get_profile(name))
     assert problems == [] if named is None else any(named in problem for problem in problems), problems
+
+
+def _raised(build, monkeypatch):
+    """Run a learner's cell that raises, leaving the error where IPython leaves it (``sys.last_value``)."""
+    try:
+        build()
+    except Exception as error:  # the learner's cell failed; the answer stays None
+        monkeypatch.setattr(sys, "last_value", error, raising=False)
+        monkeypatch.setattr(sys, "last_exc", error, raising=False)
+        return error
+    raise AssertionError("the call was expected to raise")
+
+
+def test_04_1_a_config_trl_refuses_shows_trl_s_message_not_unanswered(ci, capsys, monkeypatch):
+    """A batch that is no whole number of groups: GRPOConfig raises, the answer stays None."""
+    profile, run_dir, weights = ci
+    def cell():
+        return GRPOConfig(output_dir=str(run_dir), per_device_train_batch_size=3, num_generations=2, use_cpu=True)
+
+    error = _raised(cell, monkeypatch)
+    handed = nb04.check_grpo_config(None, profile, weights)
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.1 GRPOConfig: your call raised an error in the library"), out
+    assert str(error).split()[0] in out and "trl/trainer/grpo_config.py, line" in out
+    assert "not answered yet" not in out and isinstance(handed, GRPOConfig)
+    nb04.check_grpo_config(None, profile, weights)  # the same error is not reported twice
+    assert verdict(capsys).startswith("⏳ 04.1 GRPOConfig: not answered yet.")
+
+
+def test_04_1_an_error_of_another_library_still_reads_not_answered(ci, capsys, monkeypatch):
+    profile, _, weights = ci
+    _raised(lambda: int("not a number"), monkeypatch)
+    nb04.check_grpo_config(None, profile, weights)
+    assert verdict(capsys).startswith("⏳ 04.1 GRPOConfig: not answered yet.")
 
 
 def test_04_1_something_else_than_a_config_is_a_verdict_not_an_error(ci, capsys):
@@ -424,6 +459,20 @@ def test_04_4_reordered_rewards_pass_only_when_each_keeps_its_weight(pieces, cap
     trainer = _trainer({**pieces, "config": weighted}, reward_funcs=reordered)
     assert _check({**pieces, "config": weighted}, trainer) is not trainer
     assert "each reward's weight" in verdict(capsys)
+
+
+def test_04_4_a_trainer_trl_refuses_shows_trl_s_message(pieces, capsys, monkeypatch):
+    """Five weights in the config, four rewards given: GRPOTrainer raises, the answer stays None."""
+    weighted = training.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
+    changed = {**pieces, "config": weighted}
+    _raised(lambda: _trainer(changed, reward_funcs=list(REWARD_FUNCS[:4])), monkeypatch)
+    handed = _check(changed, None)
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.4 GRPOTrainer: your call raised an error in the library"), out
+    assert "(raised in trl/" in out and "not answered yet" not in out
+    assert isinstance(handed, GRPOTrainer) and len(handed.reward_funcs) == len(REWARD_FUNCS)
+    assert nb04.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
+    assert list(handed.model.peft_config) == ["default"]  # the failed call's adapter was taken out first
 
 
 def test_04_4_something_else_than_a_trainer_is_a_verdict(pieces, capsys):

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig
+from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
@@ -39,6 +40,7 @@ from course_utils.exercises.comparison import (
     close_to,
     hand_back,
     is_unanswered,
+    library_error,
     list_problems,
     report,
     report_name,
@@ -65,8 +67,21 @@ from course_utils.training.warm_start import WARM_START_MICRO_BATCH, make_sft_co
 REFERENCE_ROWS = 200  # GSM8K train rows whose reference answers size max_completion_length
 
 
-def judge(exercise: str, answer: Any, problems: Sequence[str], hint: str) -> bool:
-    """Print the verdict on a construct: not answered, correct, or every problem found (one a line)."""
+# Where the library code a construct runs lives: an error raised there by the learner's call is the learner's mistake.
+TRL_CONFIG = ("trl/trainer/grpo_config", "trl/trainer/sft_config", "transformers/training_args")
+PEFT = ("peft/",)
+TRL_TRAINER = ("trl/", "peft/", "transformers/", "accelerate/")
+
+
+def judge(exercise: str, answer: Any, problems: Sequence[str], hint: str, raised_in: Sequence[str] = ()) -> bool:
+    """Print the verdict on a construct: not answered, correct, or every problem found (one a line).
+
+    An answer left at None because the learner's call raised inside the library (``raised_in``) is reported
+    with the library's own message, not as unanswered.
+    """
+    if answer is None and (error := library_error(raised_in)):
+        print(f"❌ {exercise}: your call raised an error in the library, so nothing was built:\n   {error}")
+        return False
     if is_unanswered(answer) or not problems:
         return report(exercise, not problems, hint, answer)
     list_problems(exercise, f"not yet, {len(problems)} problem{'s' * (len(problems) > 1)}", problems, hint)
@@ -258,7 +273,7 @@ def check_grpo_config(config: Any, profile: Profile, reward_weights: Any = None)
     """04.1: the learner's ``GRPOConfig``; hands back it when it passed, else ``training.make_grpo_config``."""
     exercise = "04.1 GRPOConfig"
     passed = judge(exercise, config, problems_of(grpo_config_problems, config, profile, reward_weights),
-                   GRPO_CONFIG_HINT)
+                   GRPO_CONFIG_HINT, TRL_CONFIG)
     reference = None if passed else make_grpo_config(profile, reward_weights=reward_weights)
     return hand_back(exercise, passed, config, reference, "training.make_grpo_config(profile)")
 
@@ -336,7 +351,7 @@ def check_lora_config(config: Any, profile: Profile, model: Any) -> Any:
     if config is None and not profile.use_lora:
         passed = report(exercise, True, LORA_HINT, "no LoRA")
     else:
-        passed = judge(exercise, config, problems, LORA_HINT)
+        passed = judge(exercise, config, problems, LORA_HINT, PEFT)
     reference = None if passed else make_lora_config(profile, model)
     return hand_back(exercise, passed, config, reference, "training.make_lora_config(profile, model)")
 
@@ -402,7 +417,8 @@ SFT_HINT = ("at most WARM_START_MICRO_BATCH sequences a pass, accumulation makin
 def check_sft_config(config: Any, profile: Profile, tokenizer: Any = None) -> Any:
     """04.3: the warm start's ``SFTConfig``; hands back it when it passed, else ``warm_start.make_sft_config``."""
     exercise = "04.3 SFTConfig"
-    passed = judge(exercise, config, problems_of(sft_config_problems, config, profile, tokenizer), SFT_HINT)
+    passed = judge(exercise, config, problems_of(sft_config_problems, config, profile, tokenizer), SFT_HINT,
+                   TRL_CONFIG)
     reference = None if passed else make_sft_config(profile)
     return hand_back(exercise, passed, config, reference, "warm_start.make_sft_config(profile)")
 
@@ -485,6 +501,20 @@ def release_model(trainer: Any, model: Any) -> None:
         wrapped.unload()
 
 
+def strip_adapters(model: Any) -> None:
+    """Take out the LoRA layers a failed ``GRPOTrainer(...)`` call left in ``model`` (peft adds them in place).
+
+    Without this the reference trainer would add a second adapter next to the leftover one.
+    """
+    for name, module in list(model.named_modules()):
+        if isinstance(module, BaseTunerLayer):
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, module.get_base_layer())
+    if "peft_config" in vars(model):
+        del model.peft_config
+
+
 def reference_trainer(model: Any, tokenizer: Any, config: Any, lora: Any, train_dataset: Any,
                       callbacks: Sequence[Any] = ()) -> Any:
     """The ``GRPOTrainer`` the course builds (``training.build_trainer``'s call) from the checked pieces."""
@@ -505,10 +535,11 @@ def check_grpo_trainer(trainer: Any, profile: Profile, *, model: Any, tokenizer:
     """
     exercise = "04.4 GRPOTrainer"
     passed = judge(exercise, trainer, problems_of(trainer_problems, trainer, model, tokenizer, config, lora),
-                   TRAINER_HINT)
+                   TRAINER_HINT, TRL_TRAINER)
     reference = None
     if not passed:
         release_model(trainer, model)
+        strip_adapters(model)
         data = train_dataset if train_dataset is not None else training_dataset(profile, tokenizer=tokenizer)
         reference = reference_trainer(model, tokenizer, config, lora, data, callbacks)
     return hand_back(exercise, passed, trainer, reference, "GRPOTrainer (training.build_trainer's call)")
