@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,31 @@ def has_empty_body(function: Any) -> bool:
 def is_unanswered(answer: Any) -> bool:
     """True for the placeholders the notebooks start with: ``None``, ``...``, or a function with an empty body."""
     return answer is None or answer is Ellipsis or has_empty_body(answer)
+
+
+_SHOWN_ERRORS: set[int] = set()  # the errors already reported, so that one error is reported once
+
+
+def library_error(places: Sequence[str]) -> str | None:
+    """The error the last failed cell raised inside a library, when it came from one of ``places``; else None.
+
+    ``places`` are parts of a library file's path (``"trl/trainer/grpo_config"``). A learner's
+    ``GRPOConfig(...)`` that TRL refuses leaves the answer at None: the check then shows TRL's own message
+    and where it came from, which is the learner's mistake, not an unanswered exercise. IPython keeps the
+    last error of a cell in ``sys.last_value``; each error is reported once.
+    """
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(error, BaseException) or id(error) in _SHOWN_ERRORS:
+        return None
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if any(p in f.filename.replace("\\", "/")
+                                                                            for p in places)]
+    if not frames:
+        return None
+    _SHOWN_ERRORS.add(id(error))
+    where = frames[-1]
+    library_path = where.filename.replace("\\", "/").rsplit("site-packages/", 1)[-1]
+    message = " ".join(str(error).split())
+    return f"{type(error).__name__}: {message[:300]} (raised in {library_path}, line {where.lineno})"
 
 
 def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
