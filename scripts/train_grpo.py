@@ -32,6 +32,7 @@ from accelerate import PartialState
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import Profile, get_profile, profile_names
+from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
 from course_utils.lesson.models import ModelUnavailableError
 from course_utils.training import run_folder
 from course_utils.training.monitoring import StopOnInterrupt, save_run_artifacts
@@ -201,6 +202,22 @@ def finished_step(checkpoint: Path | None, config: Any) -> int | None:
     return step if 0 < config.max_steps <= step else None
 
 
+def check_no_held_out_problem() -> None:
+    """Refuse training data that holds test problems: notebook 05's held-out figures would measure memory.
+
+    The whole train split is compared (GRPO's prompts and the warm start's both come from it), as notebook 04's
+    check does for its training rows.
+    """
+    train = load_gsm8k("train", verbose=False)
+    held_out = set(load_gsm8k("test", verbose=False)["question"])
+    seen = sum(question in held_out for question in train["question"])
+    if seen:
+        raise ValueError(
+            f"{seen} of the {len(train)} train problems are also in the test split, the held-out problems notebook 05 "
+            f"evaluates on (is train.jsonl a copy of test.jsonl?). Point {GSM8K_DIR_ENV_VAR} at OpenAI's GSM8K files."
+        )
+
+
 @contextlib.contextmanager
 def inputs_explained() -> Iterator[None]:
     """While the run is set up: a bad input (data, model cache, weights) exits with its message, no traceback.
@@ -277,6 +294,7 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         return final_dir
     interrupt = StopOnInterrupt() if state.num_processes == 1 else None
     with inputs_explained():
+        check_no_held_out_problem()
         if state.is_main_process and not args.overwrite:
             run_folder.claim(run_dir, run_folder.run_settings(profile))
         model, tokenizer = load_model_for_training(profile)

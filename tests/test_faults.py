@@ -539,6 +539,20 @@ def test_a_wrong_gsm8k_dir_stops_the_script_before_it_deletes_the_earlier_run(sc
     assert snapshot(tmp_path / "run") == before
 
 
+def test_a_train_split_holding_test_problems_is_refused_before_the_earlier_run_is_touched(
+    script, monkeypatch, tmp_path, gsm8k_dir
+):
+    before = earlier_run(tmp_path / "run")
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    (data / "test.jsonl").write_text((gsm8k_dir / "test.jsonl").read_text())
+    (data / "train.jsonl").write_text((gsm8k_dir / "test.jsonl").read_text())  # a copy of the held-out split
+    monkeypatch.setenv("GSM8K_DIR", str(data))
+    with pytest.raises(SystemExit, match=r"1319 of the 1319 train problems are also in the test split"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
 def test_the_sample_is_used_only_when_nothing_was_asked_and_says_so(monkeypatch):
     monkeypatch.delenv("GSM8K_DIR", raising=False)
     with pytest.warns(UserWarning, match="no GSM8K_DIR set .* bundled gsm8k_sample.jsonl"):
