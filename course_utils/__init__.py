@@ -4,11 +4,14 @@
     ``profiles`` (hardware profiles, picked by ``COURSE_PROFILE``), ``paths`` (where files are read and written),
     ``hardware`` (the CPU's precision path, the GPU's abilities, the ``Hardware`` a run uses), ``answer_format``
     (the ``<reasoning>``/``<answer>`` layout), ``findings`` (the ``Finding`` that preflight and monitoring report),
-    ``field_checks`` (config values checked against their declared types and choices).
+    ``field_checks`` (config values checked against their declared types and choices), ``rehearsal`` (the GPU
+    profiles changed for a CPU under ``COURSE_REHEARSAL=1``, each change said).
 ``lesson``: what a learner builds, notebooks 01 to 03; imports core.
     ``data`` (GSM8K read from a folder, the Hub or the sample; splits), ``formatting`` (gold answers parsed, chat
     prompts built), ``data_checks`` (calculator notes recomputed, careless parsers measured), ``token_lengths``
-    (prompts and solutions in tokens), ``models`` (loading the model), ``rewards`` (a package: ``corrected``,
+    (prompts and solutions in tokens), ``models`` (loading the model), ``local_model`` (a GPU profile's model read
+    from a folder, ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's architecture at toy sizes with its chat template,
+    the stand-in the rehearsal and ``make gpu-check`` load), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
     TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
     report).

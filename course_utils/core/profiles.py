@@ -14,6 +14,7 @@ from typing import Any
 
 from course_utils.core.field_checks import PROFILE_CHOICES, check_dataclass_changes
 from course_utils.core.hardware import cuda_available, cuda_bf16_supported, resolve_train_dtype
+from course_utils.core.rehearsal import rehearsal_requested, rehearse
 
 PROFILE_ENV_VAR = "COURSE_PROFILE"
 HUB_MODEL_ID = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -319,7 +320,8 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     """The profile named by ``name``, or by ``COURSE_PROFILE`` when ``name`` is None (default ``auto``).
 
     An unknown name raises ``UnknownProfileError`` listing the valid ones, rather than silently
-    falling back to a profile the learner did not ask for.
+    falling back to a profile the learner did not ask for. Under ``COURSE_REHEARSAL=1`` a GPU profile comes back
+    as its CPU rehearsal (``course_utils.core.rehearsal``), its changes said.
     """
     if isinstance(name, Profile):
         return name
@@ -338,7 +340,7 @@ def get_profile(name: str | Profile | None = None) -> Profile:
             f"Valid profiles: {', '.join(profile_names())}. "
             f"Example: export {PROFILE_ENV_VAR}=cpu"
         )
-    return PROFILES[key]
+    return rehearse(PROFILES[key]) if rehearsal_requested() else PROFILES[key]
 
 
 def profiles_table() -> Any:

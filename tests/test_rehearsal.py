@@ -1,0 +1,97 @@
+"""core.rehearsal and scripts/rehearse.py: the GPU profiles on a CPU, only what a CPU cannot do changed, and said."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from course_utils.core import rehearsal
+from course_utils.core.profiles import PROFILES, get_profile
+
+REPO = Path(__file__).resolve().parents[1]
+# What the rehearsal must keep as the GPU run has it: the settings a workshop's run depends on
+KEPT = (
+    "model_id", "model_source", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "mask_truncated_completions", "beta", "learning_rate", "temperature", "use_lora",
+    "load_in_4bit", "lora_r", "lora_alpha", "lora_target_modules", "lora_top_layers", "gradient_checkpointing",
+    "warm_start_examples", "reward_weights", "pass_k_samples",
+)  # fmt: skip
+
+
+@pytest.fixture
+def rehearsing(monkeypatch):
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "1")
+    monkeypatch.setattr(rehearsal, "_SAID", set())
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), ("ON", True), ("", False), ("0", False)])
+def test_the_switch_reads_on_and_off(monkeypatch, value, expected):
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, value)
+    assert rehearsal.rehearsal_requested() is expected
+
+
+def test_a_mistyped_switch_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "ture")
+    with pytest.raises(ValueError, match=r"COURSE_REHEARSAL='ture'.*export COURSE_REHEARSAL=1"):
+        rehearsal.rehearsal_requested()
+
+
+@pytest.mark.parametrize("name", ["ci", "cpu", "cpu-long"])
+def test_profiles_that_run_on_a_cpu_are_never_changed(name, rehearsing):
+    assert rehearsal.rehearsal_changes(PROFILES[name]) == []
+    assert get_profile(name) is PROFILES[name]
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_a_gpu_profile_keeps_its_own_run_settings(name, rehearsing, capsys):
+    rehearsed, original = get_profile(name), PROFILES[name]
+    for field in KEPT:
+        assert getattr(rehearsed, field) == getattr(original, field), field
+    assert rehearsed.device == "cpu" and rehearsed.dtype == "float32" and not rehearsed.use_vllm
+    assert rehearsed.max_steps < original.max_steps and rehearsed.save_steps == 1
+
+
+def test_each_change_is_said_once_as_rehearsal_and_gpu_value(rehearsing, capsys):
+    get_profile("gpu")
+    lines = capsys.readouterr().out.splitlines()
+    changed = {c.field for c in rehearsal.rehearsal_changes(PROFILES["gpu"])}
+    assert len(lines) == len(changed) and {"device", "dtype", "use_vllm", "max_steps"} <= changed
+    assert "rehearsal: dtype='float32', no bf16 autocast: a CPU trains the rehearsal in fp32 (on the GPU: " \
+           "dtype='bfloat16')" in lines  # fmt: skip
+    assert all(line.startswith("rehearsal: ") and "(on the GPU: " in line for line in lines)
+    get_profile("gpu")
+    assert capsys.readouterr().out == ""
+
+
+def test_the_t4_profile_says_its_fp16_autocast(rehearsing, capsys):
+    get_profile("colab-t4")
+    out = capsys.readouterr().out
+    assert "no fp16 autocast" in out and "use_vllm" not in out  # colab-t4 never uses vLLM: nothing to say
+
+
+def test_without_the_switch_the_gpu_profiles_are_their_own(monkeypatch):
+    monkeypatch.delenv(rehearsal.REHEARSAL_ENV_VAR, raising=False)
+    assert get_profile("colab-t4") is PROFILES["colab-t4"]
+
+
+def test_config_differences_name_only_what_the_rehearsal_changed(load_script, rehearsing):
+    script = load_script("rehearse")
+    differences = script.config_differences("colab-t4")
+    assert differences["fp16"] == (True, False) and differences["use_cpu"] == (False, True)
+    assert differences["max_steps"] == (250, 2)
+    assert "num_generations" not in differences and "mask_truncated_completions" not in differences
+
+
+@pytest.mark.long
+def test_make_rehearse_passes_both_profiles_with_4bit_layers():
+    done = subprocess.run(["make", "rehearse"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.startswith("rehearsal_"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert lines["rehearsal_colab-t4"] == "passed" and lines["rehearsal_gpu"] == "passed"
+    assert int(lines["rehearsal_colab-t4_linear_4bit_layers"]) > 0
+    assert int(lines["rehearsal_gpu_linear_4bit_layers"]) == 0
+    for name in ("colab-t4", "gpu"):
+        assert int(lines[f"rehearsal_{name}_steps"]) == 3  # two in notebook 04, one resumed
+        assert int(lines[f"rehearsal_{name}_trainable_parameters"]) > 0
