@@ -144,7 +144,7 @@ def check_run_dir(run_dir: Path, args: argparse.Namespace) -> None:
         run_folder.check_can_hold_a_run(run_dir)
         if args.overwrite:
             run_folder.check_clearable(run_dir)
-    except run_folder.RunFolderError as exc:
+    except (run_folder.RunFolderError, OSError) as exc:
         raise SystemExit(f"error: {exc}") from None
     found = run_folder.earlier_entries(run_dir)
     if found and not (args.resume or args.overwrite):

@@ -171,6 +171,25 @@ def test_a_run_folder_that_is_a_file_is_named(script, tmp_path):
         script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run")])
 
 
+@pytest.mark.parametrize("variable", ["COURSE_OUTPUT_DIR", "COURSE_CACHE_DIR"])
+def test_a_course_folder_variable_that_names_a_file_is_named_with_the_fix(monkeypatch, tmp_path, variable):
+    from course_utils.core import paths
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(variable, str(tmp_path / "a-file"))
+    with pytest.raises(
+        NotADirectoryError, match=rf"a-file \(set by {variable}\) is a file .*set {variable} to a folder"
+    ):
+        paths.output_dir() if variable == "COURSE_OUTPUT_DIR" else paths.cache_dir()
+
+
+def test_the_script_names_an_outputs_folder_that_is_a_file(script, monkeypatch, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "a-file"))
+    with pytest.raises(SystemExit, match=r"error: .*a-file \(set by COURSE_OUTPUT_DIR\) is a file"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run")])
+
+
 def test_a_mistyped_cpu_speedups_switch_stops_overwrite_before_it_deletes(script, monkeypatch, tmp_path):
     before = earlier_run(tmp_path / "run")
     monkeypatch.setenv("COURSE_CPU_SPEEDUPS", "ture")

@@ -33,8 +33,19 @@ def data_dir() -> Path:
 
 def output_dir() -> Path:
     """Training runs, adapters, saved datasets and figures: git-ignored, set by ``COURSE_OUTPUT_DIR``."""
-    path = Path(os.environ.get(OUTPUT_DIR_ENV_VAR, repo_root() / "outputs"))
-    path.mkdir(parents=True, exist_ok=True)
+    return made_folder(Path(os.environ.get(OUTPUT_DIR_ENV_VAR, repo_root() / "outputs")), OUTPUT_DIR_ENV_VAR)
+
+
+def made_folder(path: Path, variable: str) -> Path:
+    """``path``, made if needed; a file in its place is named with the variable that moves it, instead of a bare
+    ``FileExistsError`` from deep inside a run."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise NotADirectoryError(
+            f"{path} (set by {variable}) is a file or lies under one, not a folder: set {variable} to a folder, "
+            "or move the file."
+        ) from exc
     return path
 
 
@@ -71,9 +82,7 @@ def keep_outputs_on_drive(mount_point: str | Path = DRIVE_MOUNT_POINT) -> Path |
 def cache_dir() -> Path:
     """Materialized models live here, shared by every checkout: set by ``COURSE_CACHE_DIR``."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-course"
-    path = Path(os.environ.get("COURSE_CACHE_DIR", default))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return made_folder(Path(os.environ.get("COURSE_CACHE_DIR", default)), "COURSE_CACHE_DIR")
 
 
 BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
