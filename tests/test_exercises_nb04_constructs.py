@@ -77,8 +77,9 @@ def test_04_1_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     "changes",
     [
         {"log_completions": True},  # notebook 07 uses it
-        {"beta": 0.0, "loss_type": "grpo", "learning_rate": 5e-5, "seed": 7},
-        {"per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 3, "temperature": 0.9},
+        {"beta": 0.02, "loss_type": "grpo", "learning_rate": 5e-5, "seed": 7},
+        {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "max_steps": 1, "temperature": 0.9},
+        {"num_completions_to_print": 2, "learning_rate": 3e-4, "beta": 0.1, "logging_steps": 2},
         {"max_completion_length": 128},  # longer than the profile's 16, within what the reference answers need
         {"reward_weights": None},  # TRL weighs every reward 1.0: notebook 03's "initial" preset
         {"scale_rewards": "batch", "epsilon_high": 0.28, "save_steps": 1},
@@ -105,6 +106,14 @@ def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsy
         ({"save_strategy": "no"}, "save_strategy='no'"),
         ({"loss_type": "dpo"}, "loss_type='dpo' is not one TRL knows"),
         ({"use_vllm": True}, "vLLM is not installed"),
+        ({"learning_rate": 1e-6}, "learning_rate=1e-06: the profile's is 0.0001 (accepted: 2e-05 to 0.0005)"),
+        ({"learning_rate": 0.0}, "learning_rate=0: the profile's is 0.0001"),
+        ({"beta": 0.0}, "beta=0: TRL then loads no reference model and logs no kl, but the dashboard draws"),
+        ({"beta": 1.0}, "beta=1: the profile's is 0.04 (accepted: above 0, up to 0.2)"),
+        ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "num_generations": 8},
+         "8 x 8 = 64 completions per step; the profile's run is 2 (2 x 1)"),
+        ({"per_device_train_batch_size": 4, "num_generations": 4}, "num_generations=4: the profile's group is 2"),
+        ({"max_steps": 500}, "max_steps=500: the profile's run is 2 steps (accepted: 1 to 2)"),
     ],
 )
 def test_04_1_wrong_configs_fail_naming_the_problem(ci, changes, named, capsys):
@@ -244,10 +253,10 @@ def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
 @pytest.mark.parametrize(
     "changes",
     [
-        {"layers_to_transform": None},  # every layer: slower on a CPU, still right
-        {"target_modules": "all-linear", "layers_to_transform": None},
+        {"layers_to_transform": 1},  # peft reads an int as one layer: here the top one, as the profile says
+        {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},  # attention only
         {"target_modules": ["q_proj", "v_proj"], "r": 4, "lora_alpha": 8},
-        {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": [0, 1]},
+        {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": (1,)},
     ],
 )
 def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny_model, changes, capsys):
@@ -266,6 +275,11 @@ def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny
         ({"layers_to_transform": []}, "an empty list adapts nothing"),
         ({"task_type": "SEQ_CLS"}, "task_type='SEQ_CLS'"),
         ({"lora_alpha": 0}, "lora_alpha=0"),
+        ({"layers_to_transform": None}, "layers_to_transform=None adapts every layer; the profile adapts only"),
+        ({"layers_to_transform": [0, 1]}, "layers_to_transform=[0, 1]: the profile adapts the top 1 layers, 1 to 1"),
+        ({"layers_to_transform": [0]}, "layers_to_transform=[0]: the profile adapts the top 1 layers"),
+        ({"layers_to_transform": 0}, "layers_to_transform=0 adapts the one layer numbered 0, not the top 1"),
+        ({"r": 64}, "r=64: the profile's rank is 8 (accepted: 4 to 16)"),
     ],
 )
 def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):
@@ -273,6 +287,24 @@ def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, ch
     assert nb04.check_lora_config(lora, lora_profile, tiny_model) is not lora
     out = verdict(capsys)
     assert out.startswith("❌ 04.2 LoraConfig: not yet") and named in out, out
+
+
+@pytest.mark.parametrize(
+    ("layers", "named"),
+    [
+        (15, "layers_to_transform=15 adapts the one layer numbered 15, not the top 15"),
+        (list(range(15)), "the profile adapts the top 15 layers, 15 to 29"),
+        (None, "layers_to_transform=None adapts every layer; the profile adapts only the top 15"),
+        (list(range(30)), "the profile adapts the top 15 layers"),
+        (list(range(15, 30)), None),
+        (tuple(reversed(range(15, 30))), None),
+    ],
+)
+def test_04_2_the_top_layers_of_a_30_layer_model(layers, named):
+    """The ci and cpu profiles adapt the top 15 of SmolLM2's 30 layers: an int is one layer, not a count."""
+    model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
+    problems = nb04.top_layers_problems(layers, get_profile("ci"), model)
+    assert problems == [] if named is None else named in problems[0], problems
 
 
 def test_04_2_no_lora_is_right_only_where_the_profile_trains_every_weight(lora_profile, tiny_model, capsys):
@@ -339,7 +371,8 @@ def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer
         ({"max_length": 64}, "max_length=64 cuts the longest warm-start example"),
         ({"bf16": True}, "bf16=True on this CPU"),
         ({"output_dir": "/tmp/warm_start"}, "is not in the run folder"),
-        ({"learning_rate": 0.0}, "learning_rate=0.0"),
+        ({"learning_rate": 0.0}, "learning_rate=0: the profile's is 0.001"),
+        ({"learning_rate": 2e-5}, "learning_rate=2e-05: the profile's is 0.001 (accepted: 0.0002 to 0.005)"),
     ],
 )
 def test_04_3_wrong_configs_fail_naming_the_problem(cpu_lab, tokenizer, changes, named, capsys):

@@ -4,12 +4,15 @@ In the lesson the learner writes ``GRPOConfig(...)`` (04.1), ``LoraConfig(...)``
 ``SFTConfig(...)`` (04.3) and the ``GRPOTrainer(...)`` call (04.4); at the end, three values (04.5-04.7) and
 ``generation_batch`` (04.8). Each check judges what the object does, not whether it equals the package's:
 
-- ``GRPOConfig``: whole groups in the generation batch, the precision this machine trains in, a completion
-  length that fits the profile and the reference answers, one weight per reward (notebook 03's), the run
-  folder, and values TRL accepts. Extra fields (``log_completions=True``, another ``beta``) pass.
-- ``LoraConfig``: targets that are linear layers of the model, a positive rank, layer indices the model has.
-- ``SFTConfig``: the micro batch, the warm start's number of steps, the precision, a ``max_length`` that keeps
-  every example whole, the run folder.
+- ``GRPOConfig``: whole groups in the generation batch, the run the profile measured (completions per step,
+  group size, steps, a learning rate and a ``beta`` in stated ranges around the profile's, ``beta`` above 0
+  where the dashboard draws ``kl``), the precision this machine trains in, a completion length that fits the
+  profile and the reference answers, one weight per reward (notebook 03's), the run folder, and values TRL
+  accepts. Extra fields (``log_completions=True``, smaller passes with more accumulation) pass.
+- ``LoraConfig``: targets that are linear layers of the model, a rank near the profile's, and the profile's
+  top layers as a list of indices (an int is one layer to peft, not a count).
+- ``SFTConfig``: the micro batch, the warm start's number of steps and learning rate, the precision, a
+  ``max_length`` that keeps every example whole, the run folder.
 - ``GRPOTrainer``: the course's five rewards with their weights, the checked config, the tokenizer, the
   (warm-started) model with the checked LoRA, and training prompts none of which notebook 05 evaluates on.
 
@@ -45,6 +48,7 @@ from course_utils.exercises.comparison import (
     report,
     report_name,
     report_number,
+    shown,
 )
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_tokenizer
@@ -59,6 +63,7 @@ from course_utils.training.run import (
     make_lora_config,
     precision_flags,
     resolve_reward_weights,
+    top_layer_indices,
     training_dataset,
     vllm_available,
 )
@@ -236,8 +241,6 @@ def trl_value_problems(config: Any) -> list[str]:
     if not config.temperature or config.temperature <= 0:
         problems.append(f"temperature={config.temperature}: without sampling every completion of a group is the "
                         "same, and the group teaches nothing")
-    if not config.learning_rate or config.learning_rate <= 0:
-        problems.append(f"learning_rate={config.learning_rate}: nothing would change")
     if config.max_steps is None or config.max_steps < 1:
         problems.append("max_steps is not set: the run would last num_train_epochs over the whole dataset")
     if str(getattr(config.save_strategy, "value", config.save_strategy)) == "no":
@@ -247,6 +250,74 @@ def trl_value_problems(config: Any) -> list[str]:
     return problems
 
 
+# How far a learning rate may stray from the profile's: within this factor either way the short run still
+# learns about as the lesson says; TRL's default (1e-6, for full fine-tuning) is 100 times below LoRA's rates.
+LEARNING_RATE_FACTOR = 5
+# The largest beta as a multiple of the profile's: far above it the KL term holds the policy at the reference.
+BETA_FACTOR = 5
+
+
+def _shown_number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+
+
+def rate_problem(field: str, value: Any, wanted: float, steps: int) -> str | None:
+    """A learning rate within ``LEARNING_RATE_FACTOR`` of the profile's ``wanted`` one, or why not."""
+    low, high = wanted / LEARNING_RATE_FACTOR, wanted * LEARNING_RATE_FACTOR
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+        return None
+    return (f"{field}={_shown_number(value)}: the profile's is {wanted:g} (accepted: {low:g} to {high:g}); the run "
+            f"has only {steps} steps: far below, the adapters barely move and nothing is learned; far above, the "
+            "updates overshoot and the rewards collapse")
+
+
+def beta_problem(beta: Any, profile: Profile) -> str | None:
+    """``beta`` > 0 where the profile's is (the dashboard draws ``kl``), and not so large it pins the policy."""
+    wanted = profile.beta
+    if not wanted:
+        return None
+    high = wanted * BETA_FACTOR
+    if isinstance(beta, (int, float)) and (0 < beta <= high or beta < 0):  # below 0: trl_value_problems says so
+        return None
+    if isinstance(beta, (int, float)) and beta == 0:
+        return (f"beta=0: TRL then loads no reference model and logs no kl, but the dashboard draws a kl curve "
+                f"(the profile's beta is {wanted:g}); use a beta above 0, up to {high:g}")
+    return (f"beta={_shown_number(beta)}: the profile's is {wanted:g} (accepted: above 0, up to {high:g}); a larger "
+            "KL penalty holds the policy at the reference model and the rewards cannot rise")
+
+
+def run_size_problems(config: Any, profile: Profile) -> list[str]:
+    """The run the profile measured: completions per step, group size, steps, learning rate and beta.
+
+    A config may split a step into smaller passes (less memory, same run); more completions per step, another
+    group size or more steps make another run, slower than the time the profile announces.
+    """
+    problems = []
+    per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    wanted = profile.per_device_train_batch_size * profile.gradient_accumulation_steps
+    if per_step != wanted:
+        problems.append(
+            f"per_device_train_batch_size x gradient_accumulation_steps = {config.per_device_train_batch_size} x "
+            f"{config.gradient_accumulation_steps} = {per_step} completions per step; the profile's run is {wanted} "
+            f"({profile.per_device_train_batch_size} x {profile.gradient_accumulation_steps}): its time per step and "
+            "memory were measured at that size"
+        )
+    if config.num_generations != profile.num_generations:
+        problems.append(
+            f"num_generations={config.num_generations}: the profile's group is {profile.num_generations}; the group "
+            "size decides how many prompts a step sees and how often a group has no spread (frac_reward_zero_std)"
+        )
+    steps, low = config.max_steps, max(1, profile.max_steps // 2)
+    if isinstance(steps, int) and steps >= 1 and not low <= steps <= profile.max_steps:
+        problems.append(
+            f"max_steps={steps}: the profile's run is {profile.max_steps} steps (accepted: {low} to "
+            f"{profile.max_steps}); more outlasts the time the profile announces, fewer than half leaves the "
+            "curves nothing to show next to both labs'"
+        )
+    return [*problems, *filter(None, [rate_problem("learning_rate", config.learning_rate, profile.learning_rate,
+                                                   profile.max_steps), beta_problem(config.beta, profile)])]
+
+
 def grpo_config_problems(config: Any, profile: Profile, reward_weights: Any = None) -> list[str]:
     """Everything a ``GRPOConfig`` gets wrong for this profile on this machine (empty: nothing)."""
     kind = _kind_problem(config, GRPOConfig, "GRPOConfig")
@@ -254,6 +325,7 @@ def grpo_config_problems(config: Any, profile: Profile, reward_weights: Any = No
         return kind
     return [
         *generation_batch_problems(config),
+        *run_size_problems(config, profile),
         *precision_problems(config, profile),
         *completion_length_problems(config, profile),
         *reward_weight_problems(config, reward_weights),
@@ -318,6 +390,43 @@ def layer_problems(layers: Any, model: Any) -> list[str]:
     return []
 
 
+def top_layers_problems(layers: Any, profile: Profile, model: Any) -> list[str]:
+    """The profile's ``lora_top_layers`` top decoder layers, as a list of indices (None: every layer)."""
+    count = profile.lora_top_layers
+    if count is None:
+        return []
+    wanted = top_layer_indices(model, count)
+    given = [layers] if isinstance(layers, int) else sorted(layers) if layers is not None else None
+    if given == wanted:
+        return []
+    why = ("the gradient then stops at the lowest adapted layer, so the backward pass covers only the top "
+           f"{count} layers: that is the time per step the profile announces")
+    if layers is None:
+        return [f"layers_to_transform=None adapts every layer; the profile adapts only the top {count} ({wanted[0]} "
+                f"to {wanted[-1]}): {why}"]
+    if isinstance(layers, int):
+        return [f"layers_to_transform={layers} adapts the one layer numbered {layers}, not the top {count}: peft "
+                f"reads an int as one layer index; pass the list of indices {wanted[0]} to {wanted[-1]}"]
+    return [f"layers_to_transform={shown(layers)}: the profile adapts the top {count} layers, {wanted[0]} to "
+            f"{wanted[-1]}: {why}"]
+
+
+# LoRA's rank may be halved or doubled: the adapters' capacity changes, the run's time and memory barely do.
+RANK_FACTOR = 2
+
+
+def rank_problems(config: Any, profile: Profile) -> list[str]:
+    """A rank within ``RANK_FACTOR`` of the profile's, with ``lora_alpha / r`` keeping the update's scale."""
+    r, wanted = config.r, profile.lora_r
+    if not isinstance(r, int) or r < 1:
+        return [f"r={r!r}: the rank of the two small matrices must be a whole number >= 1"]
+    low, high = max(1, wanted // RANK_FACTOR), wanted * RANK_FACTOR
+    if not low <= r <= high:
+        return [f"r={r}: the profile's rank is {wanted} (accepted: {low} to {high}); a rank far off changes what "
+                "the adapters can learn in the run's few steps and the memory the profile measured"]
+    return []
+
+
 def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]:
     """Everything a ``LoraConfig`` gets wrong for this model (None is right only where the profile has no LoRA)."""
     if not profile.use_lora:
@@ -325,9 +434,7 @@ def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]
     kind = _kind_problem(config, LoraConfig, "LoraConfig")
     if kind:
         return kind
-    problems = []
-    if not isinstance(config.r, int) or config.r < 1:
-        problems.append(f"r={config.r!r}: the rank of the two small matrices must be a whole number >= 1")
+    problems = rank_problems(config, profile)
     if not config.lora_alpha or config.lora_alpha <= 0:
         problems.append(f"lora_alpha={config.lora_alpha!r}: the update is scaled by lora_alpha / r, so it must be > 0")
     if not 0 <= config.lora_dropout < 1:
@@ -335,8 +442,9 @@ def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]
     task = str(getattr(config.task_type, "value", config.task_type))
     if config.task_type is not None and task != "CAUSAL_LM":
         problems.append(f"task_type={task!r}: a language model that generates is 'CAUSAL_LM'")
-    return [*problems, *target_problems(config.target_modules, model), *layer_problems(config.layers_to_transform,
-                                                                                       model)]
+    layers = layer_problems(config.layers_to_transform, model) or top_layers_problems(config.layers_to_transform,
+                                                                                        profile, model)
+    return [*problems, *target_problems(config.target_modules, model), *layers]
 
 
 LORA_HINT = ("the profile's lora_* fields give the rank, alpha and target names (print(model) lists its layers); "
@@ -403,8 +511,9 @@ def sft_config_problems(config: Any, profile: Profile, tokenizer: Any = None) ->
                         f"{f', max_steps {config.max_steps}' if config.max_steps > 0 else ''}), the profile's warm "
                         f"start takes {wanted}: more steps teach the format every time (GRPO then has nothing to "
                         "compare), fewer may not teach it")
-    if not config.learning_rate or config.learning_rate <= 0:
-        problems.append(f"learning_rate={config.learning_rate}: nothing would change")
+    wanted_steps = max(wanted, 1)
+    if rate := rate_problem("learning_rate", config.learning_rate, profile.warm_start_learning_rate, wanted_steps):
+        problems.append(f"{rate} (the warm start's rate, profile.warm_start_learning_rate)")
     return [*problems, *precision_problems(config, profile), *sft_length_problems(config, profile, tokenizer),
             *run_folder_problems(config.output_dir, profile, inside=True)]
 
