@@ -735,6 +735,43 @@ def test_a_damaged_log_history_is_named(tmp_path, name, content):
         load_log_history(tmp_path / name)
 
 
+# --- A damaged warm start, checkpoint or final model is named -------------------------------------------------
+
+
+def tiny_saved_model(folder: Path, cut_short: bool) -> Path:
+    """A tiny full model as ``save_pretrained`` saves it; ``cut_short``: weights end halfway (a kill, a full disk)."""
+    from course_utils.lesson.models import build_tiny_random_model
+
+    build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1).save_pretrained(folder)
+    if cut_short:
+        weights = folder / "model.safetensors"
+        os.truncate(weights, weights.stat().st_size // 2)
+    return folder
+
+
+def test_a_warm_start_cut_short_is_named_with_the_fix(tmp_path):
+    import torch
+
+    folder = tiny_saved_model(tmp_path / "warm_start" / "model", cut_short=True)
+    with pytest.raises(ValueError, match=rf"saved warm start in {folder} cannot be loaded .*Delete that folder"):
+        warm.load_saved_warm_start(folder, torch.float32)
+
+
+def test_the_resume_recipe_says_when_there_is_no_saved_warm_start(tmp_path):
+    import torch
+
+    with pytest.raises(FileNotFoundError, match=r"No saved warm start in .*run the warm-start cells"):
+        warm.load_saved_warm_start(tmp_path / "missing", torch.float32, required=True)
+
+
+def test_a_final_model_cut_short_is_named_with_the_fix(tmp_path):
+    from course_utils.training.run import load_trained_model
+
+    folder = tiny_saved_model(tmp_path / "final", cut_short=True)
+    with pytest.raises(ValueError, match=rf"trained model in {folder} cannot be loaded .*Train it again"):
+        load_trained_model("ci", folder)
+
+
 # --- A stand-in model is labelled as such -------------------------------------------------------------------
 
 

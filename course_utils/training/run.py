@@ -656,12 +656,14 @@ def load_trained_model(profile: Profile | str | None = None, folder: str | Path 
         raise FileNotFoundError(
             f"No trained model in {folder}. Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE={p.name} first."
         )
-    if kind == "lora-adapter":
-        base, _ = load_model_and_tokenizer(p)
-        model = PeftModel.from_pretrained(base, folder)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, p.dtype))
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    fix = f"Train it again (notebook 04 with COURSE_PROFILE={p.name}), or resume its run from a complete checkpoint."
+    base = load_model_and_tokenizer(p)[0] if kind == "lora-adapter" else None
+    with run_folder.loading(folder, "The trained model", fix):
+        if base is not None:
+            model = PeftModel.from_pretrained(base, folder)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, p.dtype))
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

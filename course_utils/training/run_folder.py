@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile
@@ -223,6 +223,15 @@ def replace_folder(partial: Path, folder: Path) -> Path:
     if old.exists():
         shutil.rmtree(old)
     return folder
+
+
+@contextlib.contextmanager
+def loading(folder: Path, what: str, fix: str) -> Iterator[None]:
+    """While a saved model loads: a missing, cut-short or garbled file is a ``ValueError`` naming it and the fix."""
+    try:
+        yield
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise ValueError(f"{what} in {folder} cannot be loaded ({type(exc).__name__}: {exc}). {fix}") from exc
 
 
 # --- Complete checkpoints -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.models import saved_model_kind
+from course_utils.training import run_folder
 from course_utils.training.run import (
     WARM_START_DIRNAME,
     WARM_START_MARKER,
@@ -190,11 +191,22 @@ def settings_changes(saved: dict[str, Any] | None, wanted: dict[str, Any]) -> li
     return [f"{key} {saved.get(key)!r} -> {value!r}" for key, value in wanted.items() if saved.get(key) != value]
 
 
-def load_saved_warm_start(folder: str | Path, dtype: Any) -> Any:
-    """The warm-started model saved in ``folder`` (``finish_warm_start``), or None when there is none."""
+def load_saved_warm_start(folder: str | Path, dtype: Any, required: bool = False) -> Any:
+    """The warm-started model saved in ``folder`` (``finish_warm_start``), or None when there is none.
+
+    ``required=True`` (a resume, which must continue on the same warm start): none is an error saying how to make
+    it. A damaged one (weights cut short by a kill or a full disk) is always an error naming the folder.
+    """
+    folder = Path(folder)
     if saved_model_kind(folder) != "full-model":
+        if required:
+            raise FileNotFoundError(f"No saved warm start in {folder}: run the warm-start cells as for a fresh "
+                                    "run (they save it there), then resume.")  # fmt: skip
         return None
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    fix = "Delete that folder and run the warm start again; a resumed run then needs a fresh start (its adapter "
+    fix += "was trained on the old warm start)."
+    with run_folder.loading(folder, "The saved warm start", fix):
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
 
 
 def warm_start(
