@@ -294,6 +294,26 @@ def test_a_resume_under_other_settings_is_refused_naming_both_values(script, tmp
     assert snapshot(tmp_path / "run") == before
 
 
+@pytest.mark.parametrize("how", ["only README.md", "empty trainer_state.json", "weights cut short"])
+def test_notebook_04s_resume_sets_a_torn_checkpoint_aside_for_get_last_checkpoint(tmp_path, capsys, how):
+    from transformers.trainer_utils import get_last_checkpoint
+
+    earlier_run(tmp_path)
+    tear(checkpoint(tmp_path, 3), how)
+    assert run_folder.prepare_resume(tmp_path, max_steps=4) == tmp_path / "checkpoint-2"
+    assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert (tmp_path / "checkpoint-3.torn").is_dir()  # kept, under a name the trainer does not resume from
+    assert "set aside as torn" in capsys.readouterr().out
+    assert run_folder.foreign_entries(tmp_path) == []  # still the course's own: a fresh start clears it
+
+
+def test_notebook_04s_resume_of_a_finished_run_is_refused(tmp_path):
+    earlier_run(tmp_path)
+    with pytest.raises(run_folder.RunFolderError, match=r"is finished \(checkpoint-2, step 2 of max_steps=2\)"):
+        run_folder.prepare_resume(tmp_path, max_steps=2)
+    assert (tmp_path / "final" / "config.json").is_file()
+
+
 # --- The log is never shortened ---------------------------------------------------------------------------
 
 

@@ -42,7 +42,11 @@ from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kin
 from course_utils.lesson.rewards import DEFAULT_PRESET, REWARD_FUNCS, grpo_reward_weights, max_total_reward
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
 from course_utils.training import problem_choice, run_folder
-from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
+from course_utils.training.run_folder import (
+    FINAL_DIRNAME,
+    WARM_START_DIRNAME,
+    prepare_resume,  # noqa: F401  # notebook 04 resumes with training.prepare_resume
+)
 
 RUN_INFO_FILENAME = "course_run.json"
 WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or saved model says it was primed

@@ -34,6 +34,7 @@ MARKER_FILENAME = "course_run_folder.json"
 LOCK_FILENAME = ".course_run.lock"
 STATE_FILENAME = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+TORN_SUFFIX = ".torn"  # a torn checkpoint set aside: kept, and no longer found by get_last_checkpoint
 # What a course run writes into its folder: the trainer's checkpoints, TensorBoard logs, completions and model card,
 # the course's log, dashboard, final model (and its copy in the making), warm start, marker and lock
 COURSE_NAMES = frozenset({
@@ -60,7 +61,7 @@ class RunFolderError(ValueError):
 
 def course_entry(name: str) -> bool:
     """True for a name a course run writes into its folder (``checkpoint-N``, ``final``, ``log_history.csv``...)."""
-    return name in COURSE_NAMES or CHECKPOINT_PATTERN.match(name) is not None
+    return name in COURSE_NAMES or CHECKPOINT_PATTERN.match(name.removesuffix(TORN_SUFFIX)) is not None
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
@@ -312,3 +313,32 @@ def settings_conflicts(run_dir: Path, settings: dict[str, Any]) -> list[str]:
         for name, value in settings.items()
         if name in saved and saved[name] != value
     ]
+
+
+def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
+    """Before ``trainer.train(resume_from_checkpoint=get_last_checkpoint(run_dir))``: the checkpoint it will find.
+
+    Torn checkpoints newer than the newest complete one are renamed ``checkpoint-N.torn`` (kept, said aloud), so
+    ``get_last_checkpoint`` finds the complete one; a run already at ``max_steps`` is refused (resuming it would
+    train one step past the end and replace ``final/``); a missing optimizer state is said.
+    """
+    run_dir = Path(run_dir)
+    checkpoint, skipped = newest_complete_checkpoint(run_dir)
+    for torn in checkpoints_newest_first(run_dir)[: len(skipped)]:
+        torn.rename(torn.with_name(torn.name + TORN_SUFFIX))
+    for note in skipped:
+        print(f"set aside as torn (not resumable): {note}")
+    if checkpoint is None:
+        print(f"no complete checkpoint in {run_dir}: the run starts at step 0")
+        return None
+    step = checkpoint_step(checkpoint)
+    if 0 < max_steps <= step:
+        raise RunFolderError(
+            f"The run in {run_dir} is finished ({checkpoint.name}, step {step} of max_steps={max_steps}); its "
+            f"{FINAL_DIRNAME}/ is kept. To train further, raise max_steps; for a new run, start fresh."
+        )
+    print(f"resuming from {checkpoint} (step {step})")
+    note = missing_optimizer_note(checkpoint)
+    if note:
+        print(note)
+    return checkpoint
