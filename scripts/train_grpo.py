@@ -10,10 +10,13 @@ Notebook 04's steps (course_utils.training.run), from the same profile, with ove
 ``GRPOConfig`` field the profile does not have. ``--vllm-server URL`` generates on a separate ``trl vllm-serve``.
 Under several processes, only the main one clears the run folder and saves the model.
 
-Nothing is lost by accident: the whole configuration is built and checked before the run folder is touched; a
-folder holding an earlier run is continued with ``--resume`` or deleted with ``--overwrite``, never silently.
-A Ctrl-C ends the run after the step in progress, with a checkpoint of it (a second one stops at once); an
-interrupted or failed run keeps its log history and says how to continue it.
+Nothing is lost by accident: the whole configuration (values, data, switches, the packages a flag needs) is
+checked before the run folder is touched; a folder holding an earlier run is continued with ``--resume`` or
+cleared with ``--overwrite``, never silently, and ``--overwrite`` clears only a folder the course made, only of
+the files it writes (``training.run_folder``). ``--resume`` continues from the newest complete checkpoint, naming
+any torn one it skips, and refuses other settings or a finished run. A Ctrl-C or SIGTERM ends the run after the
+step in progress, with a checkpoint of it (a second one stops at once); an interrupted or failed run never
+shortens its log history and says how to continue. One run at a time per folder.
 """
 
 from __future__ import annotations
