@@ -168,13 +168,13 @@ def test_05_1_record_differences_name_the_field_and_the_count():
 # --- 05.2-05.4: values ----------------------------------------------------------------------------------------
 
 VALUES = {  # name in the notebook, its check, plausible wrong answers
-    "wilson_lower": (nb05.check_05_wilson_lower, "05.2", [0.5, 0.15, 0.78, 21.5]),  # rate, normal approx, upper, %
-    "problems_needed": (nb05.check_05_problems_needed, "05.3", [100, 96, 1537, 0.05]),  # ±10 points, ±2.5 points
+    "wilson_lower": (nb05.check_05_wilson_lower, "05.2", [0.5, 0.15, 0.78, 21.5, "0.22"]),  # rate, normal, upper, %
+    "problems_needed": (nb05.check_05_problems_needed, "05.3", [100, 96, 1537, 0.05, "382"]),  # ±10, ±2.5 points
     "accepted_only_by_math_verify": (
         nb05.check_05_checker_matters,
         "05.4",
         [["1000", "1,000", "$1000", "1000.0"], ["1,000", "$1000"], ["1,000", "$1000", "1000.0", "one thousand"],
-         "1,000"],
+         "1,000", ["1,000", "$1000", "100"]],
     ),
 }
 
@@ -322,11 +322,22 @@ def right_share(n, c, k):
     return c / n
 
 
+def as_text(n, c, k):
+    """The right value as a string: a later cell adds and plots it."""
+    return f"{pass_at_k(n, c, k):.6f}"
+
+
+def as_percent(n, c, k):
+    return 100 * pass_at_k(n, c, k)
+
+
 WRONG_ESTIMATORS = {
     with_replacement: "n=2, c=1, k=2",
     float_factorials: "large n",
     no_range_checks: "k above n",
     right_share: "n = k, one right",
+    as_text: "n = k, one right: the reference returns 1.0, yours returns '1.000000'",
+    as_percent: "n = k, one right: the reference returns 1.0, yours returns 100.0",
 }
 
 

@@ -16,7 +16,7 @@ from course_utils.training.monitoring import flat_reward_cause as package_cause
 # --- 06.1 and 06.3: values -------------------------------------------------------------------------------------
 
 VALUES = {  # name in the notebook, its check, plausible wrong answers
-    "smallest_batch": (nb06.check_06_batch_size, "06.1", [1, 3, 4, 6]),  # 3 and 9 completions; works, not smallest
+    "smallest_batch": (nb06.check_06_batch_size, "06.1", [1, 3, 4, 6, "2"]),  # 3, 9 completions; not smallest; text
     "biggest_saving": (
         nb06.check_06_biggest_saving,
         "06.3",

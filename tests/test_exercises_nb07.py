@@ -112,7 +112,7 @@ def test_07_2_a_name_that_is_not_a_string_says_a_name_was_expected(capsys):
     assert "a name was expected, as a string" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong", ["dapo", "bnpo", "grpo", "max_completion_length"])
+@pytest.mark.parametrize("wrong", ["dapo", "bnpo", "grpo", "max_completion_length", "Dr. GRPO", 2])
 def test_07_3_refuses_other_losses(wrong, capsys):
     assert not nb07.check_07_constant_normaliser(wrong)
     assert "❌ 07.3" in capsys.readouterr().out
