@@ -7,6 +7,7 @@ never becomes the sample, a stale warm start is never reused), and every bad inp
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -753,6 +754,40 @@ def test_a_damaged_log_history_is_named(tmp_path, name, content):
     (tmp_path / name).write_text(content)
     with pytest.raises(ValueError, match=rf"{tmp_path / name} is damaged or not a log history"):
         load_log_history(tmp_path / name)
+
+
+# --- Rewards that return None, read as TRL reads them ------------------------------------------------------
+
+
+def test_group_advantages_of_rewards_with_none_are_trls():
+    import torch
+
+    from course_utils.lesson.grpo import (
+        frac_reward_zero_std,
+        group_advantages,
+        trl_frac_reward_zero_std,
+        trl_group_advantages,
+    )
+
+    rewards = [1.0, None, 0.0, 2.0, None, None, 0.5, 0.5, 0.5]
+    ours = group_advantages(rewards, 3)
+    assert torch.allclose(ours, trl_group_advantages(rewards, 3)) and torch.isfinite(ours).all()
+    assert ours[1] == 0 and ours[4] == 0  # no reward: no advantage
+    assert frac_reward_zero_std(rewards, 3) == pytest.approx(trl_frac_reward_zero_std(rewards, 3))
+
+
+def test_the_reward_table_sums_around_a_none_as_trl_does():
+    from course_utils.lesson.rewards import scoring
+
+    def sometimes_none(completions, **kwargs):
+        return [None if "skip" in c else 1.0 for c in completions]
+
+    def always_none(completions, **kwargs):
+        return [None] * len(completions)
+
+    table = scoring.reward_table(["fine", "skip"], "2", funcs=[sometimes_none, always_none], weights=(2.0, 1.0))
+    assert table["total"].iloc[0] == 2.0  # the None of always_none adds nothing
+    assert math.isnan(table["total"].iloc[1])  # no reward could score it: no total, as in TRL
 
 
 # --- A damaged warm start, checkpoint or final model is named -------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +38,11 @@ LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 STD_EPS = 1e-4  # TRL adds this to the std before dividing, so an all-equal group gives 0, not NaN
 
 
-def _as_rewards(rewards: Sequence[float] | torch.Tensor) -> torch.Tensor:
+def _as_rewards(rewards: Sequence[float | None] | torch.Tensor) -> torch.Tensor:
+    """The rewards as a float tensor; a None (a reward that cannot score a completion) is NaN, as TRL reads it:
+    left out of its group's mean and std, and given advantage 0."""
+    if not isinstance(rewards, torch.Tensor):
+        rewards = [math.nan if reward is None else reward for reward in rewards]
     tensor = torch.as_tensor(rewards, dtype=torch.float32)
     if tensor.dim() != 1 or tensor.numel() == 0:
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,7 +65,8 @@ def reward_table(
 
     ``answer`` is the gold answer per completion, or one string for a whole group. ``stage``
     (``"lenient"``/``"strict"``) scores the strict-format slot with the staged format reward instead.
-    The total is what TRL sums with ``reward_weights`` before computing advantages.
+    The total is what TRL sums with ``reward_weights`` before computing advantages; a reward that returns None
+    for a completion shows NaN there, as TRL reads it.
     """
     completions = list(completions)
     if not completions:
@@ -75,9 +77,10 @@ def reward_table(
     kwargs = {"prompts": prompts, "completions": completions, "answer": list(answer)}
     table = pd.DataFrame({"completion": [preview(c) for c in completions]})
     for func in funcs:
-        table[func.__name__] = [float(r) for r in func(**kwargs)]
+        table[func.__name__] = [math.nan if r is None else float(r) for r in func(**kwargs)]
     names = [f.__name__ for f in funcs]
-    table[TOTAL_COLUMN] = (table[names] * list(values)).sum(axis=1)
+    # TRL's sum: a None (NaN) adds nothing; a completion no reward could score has no total (NaN)
+    table[TOTAL_COLUMN] = (table[names] * list(values)).sum(axis=1, min_count=1)
     return table
 
 
