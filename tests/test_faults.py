@@ -282,14 +282,19 @@ def test_a_finished_run_says_so_and_keeps_its_final_model(script, tmp_path, caps
 
 @pytest.mark.parametrize(
     ("changes", "field"),
-    [(["lora_r=16"], "lora_r"), (["num_generations=4", "per_device_train_batch_size=4"], "num_generations")],
+    [
+        (["lora_r=16"], "lora_r"),
+        (["num_generations=4", "per_device_train_batch_size=4"], "num_generations"),
+        (["warm_start_examples=4"], "warm_start_examples"),
+        (["model_id='HuggingFaceTB/SmolLM2-360M-Instruct'"], "model_id"),
+    ],
 )
 def test_a_resume_under_other_settings_is_refused_naming_both_values(script, tmp_path, changes, field):
     earlier_run(tmp_path / "run")
     run_folder.claim(tmp_path / "run", run_folder.run_settings(get_profile("ci")))
     before = snapshot(tmp_path / "run")
     old = getattr(get_profile("ci"), field)
-    with pytest.raises(SystemExit, match=rf"{field}: the run used {old}, this command asks for .*--overwrite"):
+    with pytest.raises(SystemExit, match=rf"{field}: the run used {old!r}, this command asks for .*--overwrite"):
         sets = [arg for change in changes for arg in ("--set", change)]
         script.main(["--profile", "ci", *sets, "--output-dir", str(tmp_path / "run"), "--resume"])
     assert snapshot(tmp_path / "run") == before
