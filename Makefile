@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render rehearse
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -94,6 +94,16 @@ pins: $(STAMP)
 # Point every README badge and notebook install cell at a fork: make colab-links REPO=owner/name
 colab-links:
 	$(PYTHON) scripts/colab_links.py $(REPO)
+
+# The GPU profiles (colab-t4, gpu) end to end on this CPU: a tiny Qwen2 from a folder (COURSE_MODEL_DIR), real 4-bit
+# NF4 weights, notebooks 04 and 05 executed, the run resumed (scripts/rehearse.py). bitsandbytes, the `gpu` extra's
+# pinned version, goes into its own folder, not .venv: on a CPU every import of peft would load it and say so
+REHEARSAL_PACKAGES := build/rehearse-packages
+BNB_VERSION := $(shell sed -n 's/^bitsandbytes==//p' $(CONSTRAINTS))
+rehearse: setup
+	@test -d $(REHEARSAL_PACKAGES)/bitsandbytes-$(BNB_VERSION).dist-info || $(PY) -m pip install -q --no-deps \
+	  --target $(REHEARSAL_PACKAGES) "bitsandbytes==$(BNB_VERSION)"
+	REHEARSAL_PACKAGES=$(abspath $(REHEARSAL_PACKAGES)) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) scripts/rehearse.py
 
 # On a CUDA machine: a few training steps of the GPU profiles, as `name: value` lines; elsewhere one line
 gpu-check: setup

@@ -30,6 +30,9 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_0():
     assert done.stdout.splitlines() == [
         "gpu-check: no CUDA GPU on this machine (torch sees none), nothing to measure; run it where a GPU is."
     ]
+    assert not (REPO / "benchmarks" / "results_gpu.txt").exists() or "gpu: " in (
+        REPO / "benchmarks" / "results_gpu.txt"
+    ).read_text()  # no GPU: no results file written over a real one
 
 
 def test_make_target_runs_the_script():
@@ -38,21 +41,29 @@ def test_make_target_runs_the_script():
 
 
 def test_vllm_setup_only_where_vllm_is_installed(gpu_check):
-    assert gpu_check.setups_to_run(False) == ["4bit-lora", "lora"]
-    assert gpu_check.setups_to_run(True) == ["4bit-lora", "lora", "lora-vllm"]
+    assert gpu_check.setups_to_run(False) == ["colab-t4", "gpu"]
+    assert gpu_check.setups_to_run(True) == ["colab-t4", "gpu", "gpu-vllm"]
+
+
+def test_the_tiny_stand_in_always_and_the_real_model_where_it_can_be_had(gpu_check):
+    assert gpu_check.models_to_run(None, hub_reachable=False) == ["tiny"]
+    assert gpu_check.models_to_run("/models/Qwen2.5-0.5B-Instruct", hub_reachable=False) == ["tiny", "real"]
+    assert gpu_check.models_to_run(None, hub_reachable=True) == ["tiny", "real"]
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_profiles_follow_the_card_and_fall_back_to_the_offline_model(gpu_check, bf16):
-    from course_utils.core.profiles import OFFLINE_MODEL_ID, get_profile
+def test_profiles_follow_the_card_and_keep_their_own_run(gpu_check, bf16):
+    from course_utils.core.profiles import PROFILES
 
-    quantized = gpu_check.check_profile("4bit-lora", bf16, steps=3, offline=False)
+    quantized = gpu_check.check_profile("colab-t4", bf16, steps=3)
+    t4 = PROFILES["colab-t4"]
     assert quantized.load_in_4bit and quantized.use_lora and quantized.max_steps == 3
     assert quantized.dtype == ("bfloat16" if bf16 else "float16")
-    assert quantized.model_id == get_profile("colab-t4").model_id
+    assert quantized.model_id == t4.model_id and quantized.model_source == "hub"
+    assert quantized.max_completion_length == t4.max_completion_length and quantized.mask_truncated_completions
     assert quantized.train_size == 3 * quantized.prompts_per_step
-    offline = gpu_check.check_profile("lora-vllm", bf16, steps=2, offline=True)
-    assert offline.model_id == OFFLINE_MODEL_ID and offline.model_source == "offline" and offline.use_vllm
+    vllm = gpu_check.check_profile("gpu-vllm", bf16, steps=2)
+    assert vllm.use_vllm and vllm.effective_batch_size == PROFILES["gpu"].effective_batch_size
 
 
 def test_step_figures_leave_the_warm_up_step_out(gpu_check):
@@ -67,3 +78,8 @@ def test_step_figures_leave_the_warm_up_step_out(gpu_check):
     assert figures["completion_tokens_per_s"] == pytest.approx(300.0 * 16 / 3.0)
     with pytest.raises(ValueError, match="no step with step_time"):
         gpu_check.step_figures([{"train_runtime": 1.0}], 16)
+
+
+def test_lines_are_name_value_pairs(gpu_check):
+    lines = gpu_check.format_lines("gpu.tiny.", {"step_time_s": 1.23456, "use_vllm": False, "steps_measured": 2})
+    assert lines == ["gpu.tiny.step_time_s: 1.235", "gpu.tiny.use_vllm: False", "gpu.tiny.steps_measured: 2"]
