@@ -172,12 +172,15 @@ def test_same_values(expected, got, same):
     assert comparison.same_values(expected, got) is same
 
 
-def test_check_against_reference_prints_the_verdict(capsys):
+def test_check_against_reference_prints_the_verdict(capsys, monkeypatch):
+    monkeypatch.setattr(comparison, "_FAILED_TRIES", {})
     assert comparison.check_against_reference("x", _parse_int, _parse_int, INT_CASES, hint="h")
     assert "same result as the reference on all 4 cases" in capsys.readouterr().out
     assert not comparison.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
     out = capsys.readouterr().out
-    assert "differs from the reference on 4 of 4 cases" in out and "... and 3 more" in out and "use int()" in out
+    assert "differs from the reference on 4 of 4 cases" in out and "... and 3 more" in out and "use int()" not in out
+    assert not comparison.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
+    assert "Hint: use int()" in capsys.readouterr().out
     assert not comparison.check_against_reference("x", None, _parse_int, INT_CASES, hint="h")
     assert "not answered" in capsys.readouterr().out
     assert not comparison.check_against_reference("x", "int", _parse_int, INT_CASES, hint="h")
@@ -191,3 +194,15 @@ def test_the_packages_own_function_is_not_an_answer(capsys):
     for borrowed in (check_generation_batch, functools.partial(check_generation_batch, 8)):
         assert not comparison.check_against_reference("04.4", borrowed, check_generation_batch, [], hint="h")
         assert "the package's own course_utils.training.run.check_generation_batch" in capsys.readouterr().out
+
+
+def test_the_hint_unfolds_on_the_second_failed_try(capsys, monkeypatch):
+    """The first failure points to the collapsed hint; the second prints it; not answered yet prints none."""
+    monkeypatch.setattr(comparison, "_FAILED_TRIES", {})
+    comparison.report("00.9 value", False, "the secret hint", None)
+    assert "secret" not in capsys.readouterr().out
+    comparison.report("00.9 value", False, "the secret hint", 3)
+    first = capsys.readouterr().out
+    assert "secret" not in first and comparison.HINT_POINTER in first
+    comparison.list_problems("00.9 value", "differs", ["a case"], "the secret hint")
+    assert "Hint: the secret hint" in capsys.readouterr().out

@@ -80,12 +80,25 @@ def library_error(places: Sequence[str]) -> str | None:
     return f"{type(error).__name__}: {message[:300]} (raised in {library_path}, line {where.lineno})"
 
 
+_FAILED_TRIES: dict[str, int] = {}  # failed tries per exercise in this kernel: the hint unfolds on the second
+HINT_POINTER = "the collapsed hint under the exercise; a second failed try prints it here"
+
+
+def hint_for(exercise: str, hint: str) -> str:
+    """What a failed verdict says as its hint: a pointer the first time, the hint itself from the second try on.
+
+    The first failure shows what differs, which is often enough; the hint stays folded until it is needed.
+    """
+    _FAILED_TRIES[exercise] = _FAILED_TRIES.get(exercise, 0) + 1
+    return hint if _FAILED_TRIES[exercise] > 1 else HINT_POINTER
+
+
 def report(exercise: str, correct: bool, hint: str, answer: Any = None) -> bool:
-    """Print the verdict for one exercise and return it."""
+    """Print the verdict for one exercise and return it (an unanswered one gets no hint: it is in the notebook)."""
     if is_unanswered(answer):
-        print(f"⏳ {exercise}: not answered yet. Hint: {hint}")
+        print(f"⏳ {exercise}: not answered yet. The hint is in the collapsed cell under the exercise.")
         return False
-    print(f"✅ {exercise}: correct." if correct else f"❌ {exercise}: not yet. Hint: {hint}")
+    print(f"✅ {exercise}: correct." if correct else f"❌ {exercise}: not yet. Hint: {hint_for(exercise, hint)}")
     return bool(correct)
 
 
@@ -96,7 +109,7 @@ def list_problems(exercise: str, heading: str, problems: Sequence[Any], hint: st
         print(f"   - {problem}")
     if show is not None and len(problems) > show:
         print(f"   ... and {len(problems) - show} more.")
-    print(f"   Hint: {hint}")
+    print(f"   Hint: {hint_for(exercise, hint)}")
 
 
 def hand_back(exercise: str, passed: bool, yours: Any, reference: Any, reference_name: str) -> Any:
@@ -343,7 +356,7 @@ def not_a_function(exercise: str, learner: Any, hint: str) -> bool:
         print(f"❌ {exercise}: {type(learner).__name__} {learner!r:.40} is not a function; pass the function, no ().")
         return True
     if origin := package_origin(learner):
-        print(f"❌ {exercise}: that is the package's own {origin}; write the function yourself. Hint: {hint}")
+        print(f"❌ {exercise}: that is the package's own {origin}; write the function yourself.")
         return True
     return False
 
