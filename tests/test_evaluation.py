@@ -570,3 +570,23 @@ def test_heldout_set_refuses_a_size_that_is_no_count(size) -> None:
 
     with pytest.raises(ValueError, match="size must be a positive whole number"):
         heldout_set(size)
+
+
+def test_an_adapter_on_a_4bit_base_is_evaluated_unmerged_and_elsewhere_merged() -> None:
+    """Merging into 4-bit weights re-quantizes them: the evaluated model would differ from the trained one."""
+    from peft import LoraConfig, get_peft_model
+
+    from course_utils.evaluation.heldout import merged_unless_quantized
+    from course_utils.lesson.models import build_tiny_random_model
+
+    def adapted(quantized: bool):
+        base = build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1)
+        if quantized:
+            base.is_loaded_in_4bit = True  # what transformers sets on a model it loaded through bitsandbytes
+        return get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"]))
+
+    assert not hasattr(merged_unless_quantized(adapted(False)), "peft_config")
+    kept = adapted(True)
+    assert merged_unless_quantized(kept) is kept
+    plain = build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1)
+    assert merged_unless_quantized(plain) is plain

@@ -95,3 +95,5 @@ def test_make_rehearse_passes_both_profiles_with_4bit_layers():
     for name in ("colab-t4", "gpu"):
         assert int(lines[f"rehearsal_{name}_steps"]) == 3  # two in notebook 04, one resumed
         assert int(lines[f"rehearsal_{name}_trainable_parameters"]) > 0
+    evaluated = (REPO / "build" / "rehearsal" / "colab-t4" / "05_evaluate.ipynb").read_text()
+    assert "Merge lora module to 4-bit" not in evaluated  # the 4-bit run is evaluated as it trained

@@ -15,7 +15,7 @@ from typing import Any
 from peft import PeftModel
 
 from course_utils.core.profiles import get_profile
-from course_utils.evaluation.heldout import evaluate_model
+from course_utils.evaluation.heldout import evaluate_model, merged_unless_quantized
 from course_utils.lesson.models import load_model_and_tokenizer, load_tokenizer, profile_dtype, saved_model_kind
 from course_utils.training.run import warm_start_model_dir
 from course_utils.training.warm_start import load_saved_warm_start
@@ -45,7 +45,8 @@ def checkpoint_curve(
     """Accuracy and format rate of the starting model (step 0) and of every checkpoint of ``run_dir`` on ``problems``.
 
     Each checkpoint holds the LoRA adapter at that step; it is loaded onto ``base`` (the model GRPO started from:
-    the warm-start cache of the run folder when there is one, else the profile's model) and merged. A falling
+    the warm-start cache of the run folder when there is one, else the profile's model) and merged (not into a
+    4-bit base: ``heldout.merged_unless_quantized``). A falling
     validation curve under a rising training reward is overfitting.
     """
     p = get_profile(profile)
@@ -58,7 +59,7 @@ def checkpoint_curve(
     for index, (step, folder) in enumerate(adapters):
         if index:  # the previous adapter was merged into these weights: start again from the saved ones
             base_model, _ = _starting_model(p, base_dir)
-        model = PeftModel.from_pretrained(base_model, folder).merge_and_unload()
+        model = merged_unless_quantized(PeftModel.from_pretrained(base_model, folder))
         curve.append(_curve_point(step, evaluate_model(model, tokenizer, problems, **settings)))
     return curve
 

@@ -162,15 +162,27 @@ def evaluate_one_at_a_time(
 
 
 def load_for_evaluation(profile: Any = None, folder: str | Path | None = None) -> tuple[Any, Any]:
-    """The trained model and tokenizer (``training.load_trained_model``), with a LoRA adapter merged in.
+    """The trained model and tokenizer (``training.load_trained_model``), a LoRA adapter merged in where it can be.
 
     Merging (``merge_and_unload``) makes generation run at the base model's speed, so the speed comparison
     measures what GRPO changed (longer answers, say), not the overhead of unmerged LoRA layers.
     """
     model, tokenizer = load_trained_model(profile, folder)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    return model.eval(), tokenizer
+    return merged_unless_quantized(model).eval(), tokenizer
+
+
+def merged_unless_quantized(model: Any) -> Any:
+    """A LoRA model merged into its base weights, except on a 4- or 8-bit base, where the adapter stays beside it.
+
+    Why not on a quantized base: merging re-quantizes the weights with the update added (peft warns of rounding
+    errors), so the model evaluated would not be the one trained. Unmerged, the ``colab-t4`` run is evaluated as
+    it trained, at the cost of the adapters' extra products in each generated token.
+    """
+    if not hasattr(model, "merge_and_unload"):
+        return model
+    if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
+        return model
+    return model.merge_and_unload()
 
 
 def test_problems(profile: Any = None) -> Any:
