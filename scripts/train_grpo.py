@@ -100,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", action="append", default=[], metavar="FIELD=VALUE", help="a GRPOConfig field")
     parser.add_argument("--output-dir", help="the run folder (default outputs/grpo-<profile>)")
     start = parser.add_mutually_exclusive_group()
-    start.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run folder")
-    start.add_argument("--overwrite", action="store_true", help="delete an earlier run in the run folder first")
+    start.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    start.add_argument("--overwrite", action="store_true", help="clear an earlier run of the course first")
     parser.add_argument("--vllm-server", metavar="URL", help="generate on a `trl vllm-serve` server at URL")
     return parser
 
