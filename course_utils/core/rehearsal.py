@@ -19,12 +19,12 @@ ON_VALUES = ("1", "true", "yes", "on")
 OFF_VALUES = ("", "0", "false", "no", "off")
 
 # Cut for time on 2 cores: two GRPO steps (a checkpoint after each, so a resume has one to continue from), a few
-# held-out problems, and 64-token completions (at 512-768 tokens the output head's backward over a 49k vocabulary
+# held-out problems, and 32-token completions (at 512-768 tokens the output head's backward over a 49k vocabulary
 # alone takes minutes a step on a CPU); group size, batch and every switch stay the profile's own
 REHEARSAL_SIZES: dict[str, Any] = {
     "max_steps": 2,
-    "max_completion_length": 64,
-    "eval_max_new_tokens": 32,
+    "max_completion_length": 32,
+    "eval_max_new_tokens": 16,
     "save_steps": 1,
     "logging_steps": 1,
     "train_size": 16,

@@ -27,7 +27,7 @@ from course_utils.lesson.models import build_tiny_random_model, materialize_offl
 
 END_OF_TURN = "<|im_end|>"
 PAD = "<|endoftext|>"
-END_OF_TURN_SCALE = 35.0  # the end-of-turn row's scale: about half the sampled completions end within 64 tokens
+END_OF_TURN_SCALE = 40.0  # the end-of-turn row's scale: about half the sampled completions end within 32 tokens
 MARKER = "course_tiny_qwen.json"
 
 
