@@ -2,8 +2,8 @@
 yet" (and the notebook continues with the package's function), and plausible wrong answers fail.
 
 The solutions and stubs are the notebooks' own cells (``tests/notebook_code.exercise``). 05.1 is the evaluation
-loop (run on the offline model, so ``slow``); 05.2-05.4 are values; 05.5 is the lenient reader ``last_number``,
-with the issue's wrong answer that splits on whitespace and loses every number glued to a tag; 05.6 is the pass@k
+loop (run on the offline model, so ``slow``); 05.3-05.5 are values; 05.6 is the lenient reader ``last_number``,
+with the issue's wrong answer that splits on whitespace and loses every number glued to a tag; 05.2 is the pass@k
 estimator, whose reference is checked against brute force over every subset.
 """
 
@@ -165,14 +165,14 @@ def test_05_1_record_differences_name_the_field_and_the_count():
     ]
 
 
-# --- 05.2-05.4: values ----------------------------------------------------------------------------------------
+# --- 05.3-05.5: values ----------------------------------------------------------------------------------------
 
 VALUES = {  # name in the notebook, its check, plausible wrong answers
-    "wilson_lower": (nb05.check_05_wilson_lower, "05.2", [0.5, 0.15, 0.78, 21.5, "0.22"]),  # rate, normal, upper, %
-    "problems_needed": (nb05.check_05_problems_needed, "05.3", [100, 96, 1537, 0.05, "382"]),  # ±10, ±2.5 points
+    "wilson_lower": (nb05.check_05_wilson_lower, "05.3", [0.5, 0.15, 0.78, 21.5, "0.22"]),  # rate, normal, upper, %
+    "problems_needed": (nb05.check_05_problems_needed, "05.4", [100, 96, 1537, 0.05, "382"]),  # ±10, ±2.5 points
     "accepted_only_by_math_verify": (
         nb05.check_05_checker_matters,
-        "05.4",
+        "05.5",
         [["1000", "1,000", "$1000", "1000.0"], ["1,000", "$1000"], ["1,000", "$1000", "1000.0", "one thousand"],
          "1,000", ["1,000", "$1000", "100"]],
     ),
@@ -196,11 +196,11 @@ def test_05_values_wrong_answers_fail(name, wrong, capsys):
     assert capsys.readouterr().out.startswith(f"❌ {label} ")
 
 
-def test_05_3_accepts_the_normal_approximation():
+def test_05_4_accepts_the_normal_approximation():
     assert nb05.check_05_problems_needed(round(NormalDist().inv_cdf(0.975) ** 2 * 0.25 / 0.05**2))
 
 
-# --- 05.5: the lenient reader ---------------------------------------------------------------------------------
+# --- 05.6: the lenient reader ---------------------------------------------------------------------------------
 
 
 def split_and_strip(text):
@@ -247,30 +247,30 @@ WRONG_READERS = {  # the wrong answer, a case it must be caught on
 }
 
 
-def test_05_5_solution_passes_and_is_handed_back(capsys):
+def test_05_6_solution_passes_and_is_handed_back(capsys):
     solution = exercise("05", "last_number")
     assert nb05.check_05_last_number(solution) is solution
     out = capsys.readouterr().out
-    assert out.startswith("✅ 05.5 last number") and "continues with yours" in out
+    assert out.startswith("✅ 05.6 last number") and "continues with yours" in out
 
 
-def test_05_5_stub_reads_not_answered_and_the_package_takes_over(capsys):
+def test_05_6_stub_reads_not_answered_and_the_package_takes_over(capsys):
     stub = exercise("05", "last_number", copy="notebooks")
     assert nb05.check_05_last_number(stub) is package_last_number
     out = capsys.readouterr().out
-    assert out.startswith("⏳ 05.5 last number: not answered yet")
+    assert out.startswith("⏳ 05.6 last number: not answered yet")
     assert "continues with the package's evaluation.last_number" in out
 
 
 @pytest.mark.parametrize("wrong", sorted(WRONG_READERS, key=lambda f: f.__name__), ids=lambda f: f.__name__)
-def test_05_5_wrong_readers_fail_naming_the_case(wrong, capsys):
+def test_05_6_wrong_readers_fail_naming_the_case(wrong, capsys):
     assert nb05.check_05_last_number(wrong) is package_last_number
     out = capsys.readouterr().out
-    assert out.startswith("❌ 05.5 last number: differs from the reference")
+    assert out.startswith("❌ 05.6 last number: differs from the reference")
     assert f"- {WRONG_READERS[wrong]}" in out
 
 
-def test_05_5_the_issue_s_reader_passes_the_old_cases_and_loses_a_tagged_answer():
+def test_05_6_the_issue_s_reader_passes_the_old_cases_and_loses_a_tagged_answer():
     """Why the bank grew: splitting on whitespace agrees on the nine cases it used to have, not on a glued tag."""
     old_cases = list(nb05.LAST_NUMBER_TEXTS.values())[:9]
     assert [split_and_strip(text) for text in old_cases] == [package_last_number(text) for text in old_cases]
@@ -279,7 +279,7 @@ def test_05_5_the_issue_s_reader_passes_the_old_cases_and_loses_a_tagged_answer(
     assert len(glued) >= 3
 
 
-# --- 05.6: the pass@k estimator -----------------------------------------------------------------------------
+# --- 05.2: the pass@k estimator -----------------------------------------------------------------------------
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -342,13 +342,13 @@ WRONG_ESTIMATORS = {
 
 
 @pytest.mark.parametrize("n", range(1, 8))
-def test_05_6_reference_equals_brute_force_on_every_small_case(n):
+def test_05_2_reference_equals_brute_force_on_every_small_case(n):
     for c in range(n + 1):
         for k in range(1, n + 1):
             assert math.isclose(pass_at_k(n, c, k), brute_force_pass_at_k(n, c, k), abs_tol=1e-12), (n, c, k)
 
 
-def test_05_6_known_values_and_large_n():
+def test_05_2_known_values_and_large_n():
     assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 1, 8) == 1.0 and pass_at_k(16, 16, 4) == 1.0
     assert math.isclose(pass_at_k(16, 5, 1), 5 / 16)
     exact = 1 - math.comb(4999, 2500) / math.comb(5000, 2500)  # Python's exact integers: no overflow, just slow
@@ -356,29 +356,29 @@ def test_05_6_known_values_and_large_n():
     assert all(0.0 <= pass_at_k(n, c, k) <= 1.0 for n, c, k in nb05.LARGE_PASS_AT_K)
 
 
-def test_05_6_solution_passes_and_is_handed_back(capsys):
+def test_05_2_solution_passes_and_is_handed_back(capsys):
     solution = exercise("05", "pass_at_k")
     assert nb05.check_05_pass_at_k(solution) is solution
     out = capsys.readouterr().out
-    assert out.startswith("✅ 05.6 pass@k") and "continues with yours" in out
+    assert out.startswith("✅ 05.2 pass@k") and "continues with yours" in out
 
 
-def test_05_6_stub_reads_not_answered_and_the_package_takes_over(capsys):
+def test_05_2_stub_reads_not_answered_and_the_package_takes_over(capsys):
     stub = exercise("05", "pass_at_k", copy="notebooks")
     assert nb05.check_05_pass_at_k(stub) is pass_at_k
     out = capsys.readouterr().out
-    assert out.startswith("⏳ 05.6 pass@k: not answered yet")
+    assert out.startswith("⏳ 05.2 pass@k: not answered yet")
     assert "continues with the package's evaluation.stats.pass_at_k" in out
 
 
 @pytest.mark.parametrize("wrong", list(WRONG_ESTIMATORS), ids=lambda f: f.__name__)
-def test_05_6_wrong_estimators_fail_naming_a_case(wrong, capsys):
+def test_05_2_wrong_estimators_fail_naming_a_case(wrong, capsys):
     assert nb05.check_05_pass_at_k(wrong) is pass_at_k
     out = capsys.readouterr().out
-    assert out.startswith("❌ 05.6 pass@k: differs from the reference")
+    assert out.startswith("❌ 05.2 pass@k: differs from the reference")
     assert f"- {WRONG_ESTIMATORS[wrong]}" in out
 
 
-def test_05_6_the_package_s_own_estimator_is_refused(capsys):
+def test_05_2_the_package_s_own_estimator_is_refused(capsys):
     assert nb05.check_05_pass_at_k(pass_at_k) is pass_at_k
     assert "that is the package's own" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """Notebook 05 (evaluation): the evaluation loop, pass@k, confidence intervals, the lenient reader, the checker.
 
 05.1 is the loop the lesson is about: the check runs it next to ``evaluation.evaluate_model`` on a few problems and
-hands back what the notebook continues with. 05.2-05.4 are values read off the lesson; 05.5 is ``last_number``,
-checked on completions a lenient reader meets, numbers glued to tags, words and ``$`` included. 05.6 is the
+hands back what the notebook continues with. 05.3-05.5 are values read off the lesson; 05.6 is ``last_number``,
+checked on completions a lenient reader meets, numbers glued to tags, words and ``$`` included. 05.2 is the
 unbiased pass@k estimator, checked on every small case, the edges (n = k, c = 0, c = n) and sample counts large
 enough that factorials in floating point overflow.
 """
@@ -112,14 +112,14 @@ def _run_and_compare(
     return _loop_verdict(LOOP_EXERCISE, record_differences(yours, evaluate_loop_reference(*args)), len(problems))
 
 
-# --- 05.2-05.4: values read off the lesson -----------------------------------------------------------
+# --- 05.3-05.5: values read off the lesson -----------------------------------------------------------
 
 
 def check_05_wilson_lower(answer: Any) -> bool:
-    """05.2: a model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
+    """05.3: a model solves 4 of 8 held-out problems: the lower end of the 95% Wilson interval, to 2 decimals."""
     expected = wilson_interval(4, 8)[0]
     hint = "call wilson_interval(successes, n) and read the first number; 50% on 8 problems is a wide range"
-    return report_number("05.2 Wilson lower bound for 4/8", answer, expected, hint, tolerance=0.006)
+    return report_number("05.3 Wilson lower bound for 4/8", answer, expected, hint, tolerance=0.006)
 
 
 def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
@@ -132,21 +132,21 @@ def _problems_for_half_width(target: float = 0.05, rate: float = 0.5) -> int:
 
 
 def check_05_problems_needed(answer: Any) -> bool:
-    """05.3: about how many problems give a 95% interval of at most ±5 points around an accuracy of 50%?"""
+    """05.4: about how many problems give a 95% interval of at most ±5 points around an accuracy of 50%?"""
     expected = _problems_for_half_width(0.05, 0.5)
     hint = "try wilson_interval(n // 2, n) for growing n until (high - low) / 2 <= 0.05; any answer within 10% counts"
-    return report_number("05.3 problems for ±5 points", answer, expected, hint, tolerance=0.1 * expected)
+    return report_number("05.4 problems for ±5 points", answer, expected, hint, tolerance=0.1 * expected)
 
 
 def check_05_checker_matters(answer: Any) -> bool:
-    """05.4: which of ``CHECKER_OPTIONS_05`` does ``answers_match`` accept for gold ``"1000"``, exact match not?"""
+    """05.5: which of ``CHECKER_OPTIONS_05`` does ``answers_match`` accept for gold ``"1000"``, exact match not?"""
     expected = {option for option in CHECKER_OPTIONS_05 if answers_match(option, "1000") and option != "1000"}
     given = {str(a).strip() for a in answer} if isinstance(answer, (list, tuple, set)) else None
     hint = "list the strings (e.g. ['1,000', ...]) that mean 1000 but are not written '1000'; try answers_match"
-    return report("05.4 math-verify versus exact match", given == expected, hint, answer)
+    return report("05.5 math-verify versus exact match", given == expected, hint, answer)
 
 
-# --- 05.5: the lenient reader ------------------------------------------------------------------------
+# --- 05.6: the lenient reader ------------------------------------------------------------------------
 
 LAST_NUMBER_TEXTS = {
     "tagged answer": "<reasoning>\n9 + 9 = 18\n</reasoning>\n<answer>\n18\n</answer>",
@@ -174,11 +174,11 @@ def last_number_cases() -> list[Case]:
 
 
 def check_05_last_number(learner: Any) -> Callable[[str], str]:
-    """05.5: ``text -> the last number in it`` (commas dropped, ``""`` when none) against ``evaluation.last_number``.
+    """05.6: ``text -> the last number in it`` (commas dropped, ``""`` when none) against ``evaluation.last_number``.
 
     Hands back the learner's function when it agrees on every case, else the package's ``last_number``.
     """
-    exercise = "05.5 last number"
+    exercise = "05.6 last number"
     hint = (
         "find every number with a regular expression (optional minus sign, digits and commas, optional decimals), "
         "wherever it stands; keep the last, drop its commas; '' when there is none"
@@ -187,7 +187,7 @@ def check_05_last_number(learner: Any) -> Callable[[str], str]:
     return hand_back(exercise, passed, learner, last_number, "evaluation.last_number")
 
 
-# --- 05.6: the pass@k estimator ----------------------------------------------------------------------
+# --- 05.2: the pass@k estimator ----------------------------------------------------------------------
 
 # Sample counts where C(n, k) overflows a float (above about n = 1030): only an exact or a product form survives
 LARGE_PASS_AT_K = ((2000, 3, 1000), (5000, 2500, 2500), (1200, 1, 1), (1500, 0, 700), (3000, 2990, 20))
@@ -208,8 +208,8 @@ def pass_at_k_cases() -> list[Case]:
 
 
 def check_05_pass_at_k(learner: Any) -> Callable[[int, int, int], float]:
-    """05.6: ``pass_at_k(n, c, k)`` against ``evaluation.stats.pass_at_k``; hands back the learner's when it agrees."""
-    exercise = "05.6 pass@k"
+    """05.2: ``pass_at_k(n, c, k)`` against ``evaluation.stats.pass_at_k``; hands back the learner's when it agrees."""
+    exercise = "05.2 pass@k"
     hint = (
         "1 minus the chance that k samples drawn from the n (without putting back) are all among the n - c wrong ones; "
         "that ratio of two binomial coefficients is a product of c factors, each 1 - k/i, so large n needs no "
