@@ -10,7 +10,8 @@ Training memory has six parts, and each fix for "out of memory" shrinks a differ
   only each layer's input and recomputes the rest; LoRA in the top layers only keeps nothing below them;
 - **log-softmax workspace**: TRL's chunked log-softmax over the output head, fp32 tiles of positions x
   vocabulary chunk at the start of the backward pass (on the CPU TRL scores every position, prompt included,
-  unless the CPU speed-ups score the completion tokens only: ``course_utils.cpu_speed``);
+  unless the CPU speed-ups score the completion tokens only: the estimate takes whether they run as an input,
+  ``course_utils.core.speedups.switched_on`` by default);
 - **generation KV cache**: keys and values of every generated token, for the whole generation batch.
 
 The phases do not overlap: generation (KV cache), the backward pass (activations + workspace, plus the
@@ -33,7 +34,7 @@ import pandas as pd
 
 from course_utils.core.hardware import GPU_MEMORY_GB
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
+from course_utils.core.speedups import kept_tiles_bytes, switched_on, tiles_fit
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, spec_for_profile
 
 GB = 1024**3
@@ -290,7 +291,7 @@ def _logprob_bytes(spec: ModelSpec, run: RunSettings) -> float:
     every_position = run.device == "cpu" and not run.speedups
     scored = run.per_device_train_batch_size * (run.sequence if every_position else run.max_completion_length)
     logprob = logprob_workspace_bytes(spec, scored, run.device)
-    if run.speedups and tiles_fit(scored, spec.vocab_size, run.width):
+    if run.speedups and tiles_fit(scored, spec.vocab_size, run.width, LOGPROB_TOKEN_CHUNK):
         logprob += kept_tiles_bytes(scored, spec.vocab_size, run.width)
     if not run.use_lora:
         logprob += spec.vocab_size * spec.hidden_size * FP32_BYTES  # fp32 gradient of the trained output head
@@ -370,8 +371,12 @@ def estimate_for_profile(
     prompt_tokens: int | None = None,
     label: str | None = None,
     gpu_memory_gb: float | None = None,
+    speedups: bool | None = None,
 ) -> MemoryEstimate:
     """The estimate for a course profile (sizes read from ``course_utils.core.profiles``).
+
+    ``speedups``: whether the CPU plug-in runs; None reads the switch (``core.speedups.switched_on``: the
+    profile's flag and ``COURSE_CPU_SPEEDUPS``), so ``COURSE_CPU_SPEEDUPS=0`` gives plain TRL's figure.
 
     ``gpu_memory_gb``: the GPU's memory, for a profile that colocates vLLM (``use_vllm``): vLLM then reserves
     ``vllm_gpu_memory_utilization`` of it. Without it the estimate assumes generation without vLLM.
@@ -398,7 +403,7 @@ def estimate_for_profile(
         beta=p.beta,
         device=p.device,
         vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
-        cpu_speedups=p.cpu_speedups,
+        cpu_speedups=switched_on(p) if speedups is None else speedups,
     )
     return estimate_memory(spec or spec_for_profile(p), settings, label=label or p.name)
 
@@ -502,13 +507,13 @@ OOM_FIXES: dict[str, dict[str, Any]] = {
     "8-bit AdamW": {"optimizer": "adamw_8bit"},
     "LoRA": {"use_lora": True},
     "4-bit + LoRA": {"use_lora": True, "load_in_4bit": True},
-    "all: colab-t4 profile": {
+    "all: colab-t4 profile": {  # every fix at once, with the colab-t4 profile's own sizes
         "dtype": "float16",
         "use_lora": True,
         "load_in_4bit": True,
         "gradient_checkpointing": True,
-        "per_device_train_batch_size": 8,
-        "gradient_accumulation_steps": 2,
-        "max_completion_length": 256,
+        "per_device_train_batch_size": get_profile("colab-t4").per_device_train_batch_size,
+        "gradient_accumulation_steps": get_profile("colab-t4").gradient_accumulation_steps,
+        "max_completion_length": get_profile("colab-t4").max_completion_length,
     },
 }
