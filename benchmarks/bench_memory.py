@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.training.memory import GB, logprob_workspace_bytes, memory_table
 from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace
@@ -41,10 +42,12 @@ def main() -> None:
     profile = get_profile(args.profile)
     if not args.lora:  # full fine-tuning trains fp32 weights: bf16 ones would lose small updates to rounding
         profile = profile.override(use_lora=False, beta=0.0, train_dtype=None)
-    result = measure_grpo_step_peak(profile, steps=args.steps)
+    # The CPU lab trains with the plug-in: measure what it runs (COURSE_CPU_SPEEDUPS=0 measures plain TRL)
+    result = measure_grpo_step_peak(profile, steps=args.steps, speedups=cpu_speed)
     estimate = result["estimate"]
     print(f"profile: {profile.name} ({'LoRA' if profile.use_lora else 'full fine-tuning'}, {args.steps} steps)")
     print(f"prompt_tokens: {result['prompt_tokens']}")
+    print(f"cpu_speedups: {result['speedups']}")
     for part in ("weights_gb", "gradients_gb", "optimizer_gb", "activations_gb", "logprob_gb", "kv_cache_gb"):
         print(f"estimate_{part}: {getattr(estimate, part):.3f}")
     print(f"memory_estimate_gb: {result['estimate_gb']:.3f}")

@@ -10,10 +10,12 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from course_utils import cpu_speed
 from course_utils.core.hardware import PRECISION_ENV_VAR
 from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.training import preflight
 from course_utils.training.memory import (
     GB,
     GPU_MEMORY_GB,
@@ -28,7 +30,8 @@ from course_utils.training.memory import (
     what_if_table,
 )
 from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace, peak_rss_gb
-from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_from_config
+from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_for_profile, spec_from_config
+from course_utils.training.run import make_grpo_config
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +267,7 @@ def test_estimate_within_30_percent_of_a_real_grpo_run(profile, path, monkeypatc
     kernels' scratch space (oneDNN's bf16 kernels and MKL's fp32 ones differ). That is what the 30% covers.
     """
     monkeypatch.setenv(PRECISION_ENV_VAR, path)
-    result = measure_grpo_step_peak(profile, steps=2)
+    result = measure_grpo_step_peak(profile, steps=2, speedups=cpu_speed)  # as the lab trains
     assert result["training_dtype"] == profile.training_dtype  # the run and the estimate saw the same dtype
     assert result["increase_gb"] > 0.25  # the weights alone are 0.26-0.5 GB: the measurement saw the run
     assert abs(result["error_pct"]) <= 30, result
@@ -338,3 +341,63 @@ def test_vllm_reservation_needs_a_gpu_size_and_a_vllm_profile():
     assert vllm_reservation_gb("gpu", 40.0) == pytest.approx(12.0)
     with pytest.raises(ValueError, match="vllm_reserved_gb must be a number >= 0"):
         estimate_memory(QWEN25_05B, vllm_reserved_gb=-1.0)
+
+
+# --- One estimate: the switch is an input, read the same way by the estimator, preflight and the measurement ------
+
+CPU_MACHINE = {"device": "cpu", "total_memory_gb": 64.0, "available_memory_gb": 64.0}
+
+
+def _full_fine_tuning(name: str, **fields):
+    """A CPU profile trained without LoRA: preflight reads a ``ModelSpec`` as full fine-tuning, fp32 on a CPU."""
+    return get_profile(name).override(use_lora=False, beta=0.0, train_dtype=None, **fields)
+
+
+def _parts(estimate) -> dict:
+    """An estimate's parts and total, without the label (the profile's name or the model's)."""
+    return {key: value for key, value in estimate.as_row().items() if key != "label"}
+
+
+def _preflight_estimate(profile, prompt_tokens: int, tmp_path, **speedups):
+    config = make_grpo_config(profile, output_dir=tmp_path)
+    return preflight.memory_estimate(
+        config, spec_for_profile(profile), CPU_MACHINE, prompt_tokens=prompt_tokens, profile=profile, **speedups
+    )
+
+
+@pytest.mark.parametrize("name", ["ci", "cpu"])
+def test_the_switch_off_gives_plain_trls_figure_in_the_estimator_and_in_preflight(name, monkeypatch, tmp_path):
+    profile = _full_fine_tuning(name)
+    plain = _parts(estimate_for_profile(profile, prompt_tokens=150, speedups=False))
+    sped_up = _parts(estimate_for_profile(profile, prompt_tokens=150, speedups=True))
+    assert plain != sped_up  # the input changes the figure on a CPU: the comparisons below can fail
+    monkeypatch.setenv(cpu_speed.ENV_VAR, "0")
+    assert _parts(estimate_for_profile(profile, prompt_tokens=150)) == plain
+    assert _parts(_preflight_estimate(profile, 150, tmp_path)) == plain
+    monkeypatch.setenv(cpu_speed.ENV_VAR, "1")
+    assert _parts(estimate_for_profile(profile, prompt_tokens=150)) == sped_up
+    assert _parts(_preflight_estimate(profile, 150, tmp_path)) == sped_up
+    assert _parts(_preflight_estimate(profile, 150, tmp_path, speedups=False)) == plain
+
+
+def test_a_profile_with_the_plug_in_off_is_estimated_as_plain_trl(monkeypatch):
+    monkeypatch.delenv(cpu_speed.ENV_VAR, raising=False)
+    lab = get_profile("cpu")
+    off = lab.override(cpu_speedups=False)
+    assert _parts(estimate_for_profile(off)) == _parts(estimate_for_profile(lab, speedups=False))
+    assert _parts(estimate_for_profile(lab)) == _parts(estimate_for_profile(lab, speedups=True))
+
+
+@pytest.mark.long  # a real GRPOTrainer step in a fresh process: make test-slow
+def test_with_the_switch_off_the_measurement_preflight_and_the_estimator_agree(monkeypatch, tmp_path):
+    """The measurement trains with the plug-in handed to it, the switch off: plain TRL runs, and its estimate is
+    the estimator's and preflight's for the same settings."""
+    monkeypatch.setenv(PRECISION_ENV_VAR, "fp32")
+    monkeypatch.setenv(cpu_speed.ENV_VAR, "0")
+    profile = _full_fine_tuning("ci", max_completion_length=8)
+    result = measure_grpo_step_peak(profile, steps=1, speedups=cpu_speed)
+    assert result["speedups"] is False
+    tokens = result["prompt_tokens"]
+    expected = _parts(estimate_for_profile(profile, prompt_tokens=tokens, speedups=False))
+    assert _parts(result["estimate"]) == expected
+    assert _parts(_preflight_estimate(profile, tokens, tmp_path)) == expected

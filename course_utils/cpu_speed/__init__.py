@@ -25,7 +25,13 @@ from typing import Any
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.profiles import Profile
+from course_utils.core.speedups import ENV_VAR as ENV_VAR  # the one switch, read in core so the estimate reads it too
+from course_utils.core.speedups import OFF_VALUES as OFF_VALUES
+from course_utils.core.speedups import ON_VALUES as ON_VALUES
+from course_utils.core.speedups import env_switch as _env_switch
+from course_utils.core.speedups import switched_off_because as _switched_off_because
+from course_utils.core.speedups import switched_on as switched_on
 from course_utils.cpu_speed import versions
 from course_utils.cpu_speed.completion_scoring import (
     completion_tokens_only,
@@ -45,9 +51,6 @@ PARTS: tuple[str, ...] = (
     "score_shared_prefix_once",
     "frozen_layers_from_sampling",
 )
-ENV_VAR = "COURSE_CPU_SPEEDUPS"
-OFF_VALUES = ("0", "false", "off", "no")
-ON_VALUES = ("1", "true", "on", "yes")
 # Parts for any trainer; the others change how a GRPOTrainer samples and scores
 ANY_TRAINER = ("reuse_freed_memory",)
 # Parts that patch the process (a TRL function, the C allocator), not one model: installed once at a time
@@ -72,37 +75,6 @@ def installed() -> tuple[str, ...]:
 def ever_installed() -> tuple[str, ...]:
     """Every part the plug-in has installed in this process so far, sorted: () means nothing was ever patched."""
     return tuple(sorted(_EVER))
-
-
-def _env_switch() -> bool | None:
-    """``COURSE_CPU_SPEEDUPS`` read: False (0/false/off/no), True (1/true/on/yes), None when unset or empty."""
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if not value:
-        return None
-    if value in OFF_VALUES or value in ON_VALUES:
-        return value in ON_VALUES
-    raise ValueError(
-        f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not a switch: use one of {', '.join(OFF_VALUES)} (off) or "
-        f"{', '.join(ON_VALUES)} (on, where the profile allows), case-insensitive."
-    )
-
-
-def _switched_off_because(profile: Profile | str | None) -> str | None:
-    if _env_switch() is False:
-        return f"{ENV_VAR}={os.environ[ENV_VAR]}"
-    p = get_profile(profile)
-    if not p.cpu_speedups:
-        return f"profile {p.name!r} has cpu_speedups=False"
-    if p.device != "cpu":
-        return f"profile {p.name!r} runs on {p.device}"
-    return None
-
-
-def switched_on(profile: Profile | str | None = None) -> bool:
-    """The single switch: False when ``COURSE_CPU_SPEEDUPS`` is 0/false/off/no, when the profile (``profile``, else
-    ``COURSE_PROFILE``'s) has ``cpu_speedups=False``, or when its device is not the CPU. A value of the variable
-    that is no switch is a ``ValueError``."""
-    return _switched_off_because(profile) is None
 
 
 def _warn_once(message: str) -> None:

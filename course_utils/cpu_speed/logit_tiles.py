@@ -25,22 +25,18 @@ import torch
 import trl.kernels.chunked_logprob as trl_logprob
 import trl.trainer.utils as trl_utils
 
+from course_utils.core import speedups
+from course_utils.core.speedups import KEPT_TILES_BUDGET_BYTES as KEPT_TILES_BUDGET_BYTES
+from course_utils.core.speedups import kept_tiles_bytes as kept_tiles_bytes
+
 # The autograd function TRL's fused log-prob forward applies, and the tile folds and product it runs
 TRL_LOGPROB_FUNCTION = "_ChunkedLogProbFunction"
 TRL_PARTS = ("_forward_tile", "_backward_tile", "_addmm_fp32", "OPTIONAL_OUTPUTS", "TOKEN_CHUNK_SIZE", "_BLOCK_SIZE")
-# The most memory the kept tiles of one call may take; a larger call recomputes its tiles as TRL does
-KEPT_TILES_BUDGET_BYTES = 1024**3
-
-
-def kept_tiles_bytes(positions: int, vocab_size: int, bytes_per_logit: float) -> float:
-    """The memory one call's kept logit tiles take: a logit per position and vocabulary entry."""
-    return positions * vocab_size * bytes_per_logit
 
 
 def tiles_fit(positions: int, vocab_size: int, bytes_per_logit: float, budget: int = KEPT_TILES_BUDGET_BYTES) -> bool:
     """Whether a call of ``positions`` keeps its tiles: one token chunk of TRL's, within ``budget`` bytes."""
-    fits_budget = kept_tiles_bytes(positions, vocab_size, bytes_per_logit) <= budget
-    return positions <= trl_logprob.TOKEN_CHUNK_SIZE and fits_budget
+    return speedups.tiles_fit(positions, vocab_size, bytes_per_logit, trl_logprob.TOKEN_CHUNK_SIZE, budget)
 
 
 def compute_dtype(hidden: torch.Tensor) -> torch.dtype:

@@ -11,6 +11,7 @@ the ``_run_*`` functions are what that process runs.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -20,14 +21,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import psutil
 import torch
 from trl.kernels import ChunkedLogProbFunction
 
-from course_utils import cpu_speed
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.lesson.data import load_gsm8k
 from course_utils.training.memory import (
     BYTES_PER_DTYPE,
@@ -136,11 +138,22 @@ def _length_reward(completions: list, **_: Any) -> list[float]:
     return [len(c[0]["content"]) / 100 for c in completions]
 
 
-def _run_measurement(profile_fields: dict[str, Any], steps: int) -> dict[str, Any]:
+def _plugin_name(speedups: SpeedUps) -> str | None:
+    """The module the fresh process imports the plug-in from, None for plain TRL: only a module's name travels."""
+    if speedups is NO_SPEEDUPS:
+        return None
+    if not isinstance(speedups, ModuleType):
+        raise TypeError(f"speedups must be a plug-in module (course_utils.cpu_speed) or NO_SPEEDUPS, got {speedups!r}")
+    return speedups.__name__
+
+
+def _run_measurement(profile_fields: dict[str, Any], steps: int, plugin: str | None = None) -> dict[str, Any]:
     """Inside the fresh subprocess: one real GRPOTrainer run; peak RSS above the post-import baseline.
 
     The libraries are imported at the top of this module, before the baseline: their memory is not the run's.
+    ``plugin``: the module of the speed-ups the caller chose (imported before the baseline too), or None.
     """
+    speedups: Any = importlib.import_module(plugin) if plugin else NO_SPEEDUPS
     p = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in profile_fields.items()})
     torch.manual_seed(0)
     rows = p.per_device_train_batch_size * p.gradient_accumulation_steps * steps // p.num_generations
@@ -159,7 +172,7 @@ def _run_measurement(profile_fields: dict[str, Any], steps: int) -> dict[str, An
         generation_kwargs={"min_new_tokens": p.max_completion_length},  # full-length completions: the worst case
     )
     trainer = build_trainer(model, tokenizer, p, train_dataset=dataset, config=config, reward_funcs=[_length_reward])
-    with cpu_speed.enabled(trainer, profile=p):
+    with speedups.enabled(trainer, profile=p) as handle:
         trainer.train()
     peak = peak_rss_gb()
     return {
@@ -169,10 +182,13 @@ def _run_measurement(profile_fields: dict[str, Any], steps: int) -> dict[str, An
         "after_load_gb": after_load - baseline,
         "prompt_tokens": prompt_tokens,
         "training_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "speedups": bool(getattr(handle, "active", ())),
     }
 
 
-def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeout: float = 900) -> dict[str, Any]:
+def measure_grpo_step_peak(
+    profile: Profile | str = "ci", steps: int = 2, timeout: float = 900, *, speedups: SpeedUps = NO_SPEEDUPS
+) -> dict[str, Any]:
     """Run ``steps`` real GRPOTrainer steps on the CPU in a fresh Python process; compare with the estimate.
 
     Two steps by default: the optimizer state only exists after the first step, so the second step is
@@ -180,7 +196,9 @@ def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeou
 
     The peak resident set size (``VmHWM``, see ``peak_rss_gb``) minus the resident size after the imports is
     the training run's own memory. Completions are forced to full length (the estimate's worst case). Returns
-    the measurement, the estimate for the same settings and the error in percent.
+    the measurement, the estimate for the same settings and the error in percent. ``speedups``: the plug-in to
+    train with (``course_utils.cpu_speed``), default plain TRL; the estimate counts the speed-ups exactly when
+    they ran (``speedups`` in the result), so both sides describe the same run.
     """
     p = get_profile(profile)
     if p.device != "cpu" or p.model_source != "offline":
@@ -188,8 +206,8 @@ def measure_grpo_step_peak(profile: Profile | str = "ci", steps: int = 2, timeou
             f"Measuring needs a CPU profile with the offline model; {p.name!r} is {p.device}/{p.model_source}"
         )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **MALLOC_ENV}
-    measured = _run_in_fresh_process("_run_measurement", [p.as_dict(), steps], env, timeout)
-    estimate = estimate_for_profile(p, prompt_tokens=measured["prompt_tokens"])
+    measured = _run_in_fresh_process("_run_measurement", [p.as_dict(), steps, _plugin_name(speedups)], env, timeout)
+    estimate = estimate_for_profile(p, prompt_tokens=measured["prompt_tokens"], speedups=measured["speedups"])
     error = 100 * (estimate.total_gb - measured["increase_gb"]) / measured["increase_gb"]
     return {**measured, "profile": p.name, "estimate_gb": estimate.total_gb, "error_pct": error, "estimate": estimate}
 

@@ -39,8 +39,9 @@ from course_utils.core.findings import SEVERITIES, Finding
 from course_utils.core.hardware import Hardware, as_hardware
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.speedups import switched_on
 from course_utils.lesson.token_lengths import reference_length_percentile
-from course_utils.training.memory import estimate_memory
+from course_utils.training.memory import MemoryEstimate, estimate_memory
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, spec_from_config
 from course_utils.training.run import (
     GenerationBatchError,
@@ -403,17 +404,18 @@ def _vllm_reservation(values: dict[str, Any], hardware: Hardware) -> float:
     return float(values.get("vllm_gpu_memory_utilization") or 0.0) * hardware.total_memory_gb
 
 
-def _check_memory(
-    values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool
-) -> list[Finding]:
+def _estimate(
+    values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool, speedups: bool
+) -> MemoryEstimate | None:
+    """``estimate_memory`` for the config's values and the model; None when the model or the batch is unknown."""
     settings = _model_settings(model, values, hardware) if model is not None else None
-    if settings is None or hardware.available_memory_gb <= 0:
-        return []
+    if settings is None:
+        return None
     _, steps, problem = generation_batch(values, hardware.num_processes, built=built)
     if problem or values["num_generations"] is None:
-        return []
+        return None
     optim = str(values.get("optim", "adamw_torch"))
-    estimate = estimate_memory(
+    return estimate_memory(
         **settings,
         optimizer="adamw_8bit" if "8bit" in optim else "adamw",
         per_device_train_batch_size=values["per_device_train_batch_size"],
@@ -424,7 +426,41 @@ def _check_memory(
         beta=values.get("beta", 0.0),
         device=hardware.device,
         vllm_reserved_gb=_vllm_reservation(values, hardware),
+        cpu_speedups=speedups,
     )
+
+
+def memory_estimate(
+    config: Any,
+    model: Any,
+    hardware: Hardware | dict[str, Any] | str | None = None,
+    *,
+    prompt_tokens: int | None = None,
+    profile: Profile | str | None = None,
+    speedups: bool | None = None,
+) -> MemoryEstimate | None:
+    """The estimate :func:`check` compares with the hardware's memory (None when the model or batch is unknown).
+
+    ``speedups``: whether the CPU plug-in runs; None reads the switch as the estimator does
+    (``core.speedups.switched_on(profile)``), so preflight, the measurement and notebook 06 count the same run.
+    """
+    values, built = config_values(config), not isinstance(config, dict)
+    return _estimate(values, model, as_hardware(hardware), prompt_tokens, built, _speedups_on(profile, speedups))
+
+
+def _speedups_on(profile: Profile | str | None, speedups: bool | None) -> bool:
+    """``speedups`` where given, else the switch (``COURSE_CPU_SPEEDUPS`` and the profile's flag)."""
+    return switched_on(profile) if speedups is None else speedups
+
+
+def _check_memory(
+    values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool, speedups: bool
+) -> list[Finding]:
+    if hardware.available_memory_gb <= 0:
+        return []
+    estimate = _estimate(values, model, hardware, prompt_tokens, built, speedups)
+    if estimate is None:
+        return []
     need, have = estimate.total_gb, hardware.available_memory_gb
     parts = (
         f"weights {estimate.weights_gb:.2f}, gradients {estimate.gradients_gb:.2f}, optimizer "
@@ -483,6 +519,7 @@ def check(
     expect_kl: bool | None = None,
     prompt_tokens: int | None = None,
     profile: Profile | str | None = None,
+    speedups: bool | None = None,
 ) -> list[Finding]:
     """Every finding about a planned GRPO run, errors first; an empty list means nothing was found.
 
@@ -492,6 +529,7 @@ def check(
     ``hardware``: a ``Hardware``, a dict of its fields, a known name (``"T4"``) or None for this machine.
     ``expect_kl=True`` turns the missing-``kl`` remark into a warning. ``profile``: the profile the config came
     from, whose wishes the config may not show (a profile asking for vLLM where it is not installed).
+    ``speedups``: whether the CPU plug-in runs, for the memory estimate (None: the switch, as :func:`memory_estimate`).
     """
     values = config_values(config)
     built = not isinstance(config, dict)
@@ -506,7 +544,7 @@ def check(
         *_check_completion_length(values, dataset, tokenizer),
         *_check_kl(values, expect_kl),
         *_check_loss_variant(values, machine.num_processes, built),
-        *_check_memory(values, model, machine, prompt_tokens, built),
+        *_check_memory(values, model, machine, prompt_tokens, built, _speedups_on(profile, speedups)),
         *_check_vllm(values, get_profile(profile) if profile is not None else None, machine),
     ]
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
