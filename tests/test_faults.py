@@ -226,6 +226,7 @@ def _installed(package: str) -> bool:
 def test_clearing_keeps_the_warm_start_and_the_marker_and_deletes_only_course_entries(tmp_path):
     earlier_run(tmp_path / "run")
     (tmp_path / "run" / "warm_start" / "model").mkdir(parents=True)
+    save_curve([{"step": 2, "accuracy": 0.5}], tmp_path / "run")  # notebook 05 writes it into the run folder
     run_folder.clear(tmp_path / "run")
     assert sorted(child.name for child in (tmp_path / "run").iterdir()) == [run_folder.MARKER_FILENAME, "warm_start"]
 

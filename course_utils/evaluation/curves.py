@@ -15,12 +15,12 @@ from typing import Any
 from peft import PeftModel
 
 from course_utils.core.profiles import get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import evaluate_model, merged_unless_quantized
 from course_utils.lesson.models import load_model_and_tokenizer, load_tokenizer, profile_dtype, saved_model_kind
 from course_utils.training.run import warm_start_model_dir
+from course_utils.training.run_folder import CURVE_FILENAME
 from course_utils.training.warm_start import load_saved_warm_start
-
-CURVE_FILENAME = "validation_curve.json"
 
 
 def checkpoint_steps(run_dir: str | Path) -> list[tuple[int, Path]]:
@@ -41,19 +41,21 @@ def checkpoint_curve(
     base: Any = None,
     batch_size: int = 16,
     max_new_tokens: int | None = None,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> list[dict[str, Any]]:
     """Accuracy and format rate of the starting model (step 0) and of every checkpoint of ``run_dir`` on ``problems``.
 
     Each checkpoint holds the LoRA adapter at that step; it is loaded onto ``base`` (the model GRPO started from:
     the warm-start cache of the run folder when there is one, else the profile's model) and merged (not into a
     4-bit base: ``heldout.merged_unless_quantized``). A falling
-    validation curve under a rising training reward is overfitting.
+    validation curve under a rising training reward is overfitting. ``speedups``: the plug-in each model generates
+    through (``speedups=cpu_speed``), default plain transformers.
     """
     p = get_profile(profile)
     max_new_tokens = max_new_tokens or p.eval_max_new_tokens
     base_dir = Path(base) if base is not None else warm_start_model_dir(run_dir)
     base_model, tokenizer = _starting_model(p, base_dir)
-    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False}
+    settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False, "speedups": speedups}
     curve = [_curve_point(0, evaluate_model(base_model, tokenizer, problems, **settings))]
     adapters = [(step, path) for step, path in checkpoint_steps(run_dir) if saved_model_kind(path) == "lora-adapter"]
     for index, (step, folder) in enumerate(adapters):

@@ -35,11 +35,13 @@ LOCK_FILENAME = ".course_run.lock"
 STATE_FILENAME = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TORN_SUFFIX = ".torn"  # a torn checkpoint set aside: kept, and no longer found by get_last_checkpoint
-# What a course run writes into its folder: the trainer's checkpoints, TensorBoard logs, completions and model card,
-# the course's log, dashboard, final model (and its copy in the making), warm start, marker and lock
+CURVE_FILENAME = "validation_curve.json"  # notebook 05's checkpoint curve (evaluation.curves); notebook 06 reads it
+# What the course writes into a run folder: the trainer's checkpoints, TensorBoard logs, completions and model card,
+# the course's log, dashboard, final model (and its copy in the making), warm start, validation curve, marker, lock
 COURSE_NAMES = frozenset({
     FINAL_DIRNAME, f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old", WARM_START_DIRNAME, LOG_FILENAME,
-    f"{LOG_FILENAME}.partial", "dashboard.png", "runs", "completions", "README.md", MARKER_FILENAME, LOCK_FILENAME,
+    f"{LOG_FILENAME}.partial", "dashboard.png", "runs", "completions", "README.md", CURVE_FILENAME,
+    MARKER_FILENAME, LOCK_FILENAME,
 })  # fmt: skip
 KEPT_ON_CLEAR = frozenset({WARM_START_DIRNAME, MARKER_FILENAME, LOCK_FILENAME})  # and what is not an earlier run
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
