@@ -19,6 +19,7 @@ import argparse
 
 import torch
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.heldout import evaluate_model, evaluate_one_at_a_time
 from course_utils.lesson.data import load_gsm8k
@@ -42,7 +43,8 @@ def main() -> None:
     print(f"eval_torch_threads: {torch.get_num_threads()}", flush=True)
     model, tokenizer = load_model_and_tokenizer("cpu")
     problems = load_gsm8k("test", formatted=True, limit=args.problems, verbose=False)
-    settings = {"max_new_tokens": args.max_new_tokens, "progress": False}
+    # Both loops generate through the CPU plug-in, as the notebooks do: only the batching differs
+    settings = {"max_new_tokens": args.max_new_tokens, "progress": False, "speedups": cpu_speed}
     evaluate_model(model, tokenizer, problems.select(range(2)), batch_size=2, **settings)  # warm-up, not timed
     print(f"eval_problems: {len(problems)}")
     print(f"eval_max_new_tokens: {args.max_new_tokens}")

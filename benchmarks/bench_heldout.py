@@ -29,6 +29,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.curves import load_warm_start_model
 from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldout_set, load_for_evaluation
@@ -40,6 +41,8 @@ from course_utils.training import run as training
 
 SAMPLES = 8
 SEED = 1  # not the screening's seed 0: the held-out samples are fresh draws
+# The CPU plug-in (appendix 99): the same training and samples, faster on a CPU; COURSE_CPU_SPEEDUPS=0 turns it off
+SPEEDUPS = cpu_speed
 
 
 def parse_args() -> argparse.Namespace:
@@ -72,9 +75,10 @@ def evaluate_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> t
     """Greedy and sampled evaluation of one model, at the lab's completion length."""
     length = profile.max_completion_length
     greedy = evaluate_model(model, tokenizer, problems, batch_size=profile.eval_batch_size, max_new_tokens=length,
-                            progress=False)  # fmt: skip
+                            progress=False, speedups=SPEEDUPS)  # fmt: skip
     sampled = evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1, SAMPLES), prompts_per_batch=4,
-                               max_new_tokens=length, temperature=profile.temperature, seed=SEED)  # fmt: skip
+                               max_new_tokens=length, temperature=profile.temperature, seed=SEED,
+                               speedups=SPEEDUPS)  # fmt: skip
     return greedy, sampled
 
 
@@ -85,7 +89,7 @@ def main() -> None:
     shutil.rmtree(training.warm_start_model_dir(training.default_run_dir(profile)), ignore_errors=True)
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
-        result = lab.run_training(profile, **({} if args.seed is None else {"seed": args.seed}))
+        result = lab.run_training(profile, speedups=SPEEDUPS, **({} if args.seed is None else {"seed": args.seed}))
     figures = monitoring.lab_figures(result.trainer.state.log_history)
     print(f"cpu_lab_profile: {profile.name} (beta {profile.beta}, problem_list {profile.problem_list}, "
           f"seed {result.trainer.args.seed})")

@@ -56,7 +56,7 @@ def scores(result: dict[str, Any]) -> dict[str, float]:
 def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep_checkpoints: bool) -> dict[str, Any]:
     """Warm start (cached), GRPO with the preset's weights and seed, then the held-out evaluation."""
     model, tokenizer = training.load_model_for_training(profile)
-    model = warm_start(model, tokenizer, profile, cache=True)
+    model = warm_start(model, tokenizer, profile, cache=True, speedups=cpu_speed)  # the lab's plug-in, as it trains
     training.clear_run_dir(run_dir)
     config = training.make_grpo_config(
         profile,
@@ -80,6 +80,7 @@ def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep
         batch_size=profile.eval_batch_size,
         max_new_tokens=profile.eval_max_new_tokens,
         progress=False,
+        speedups=cpu_speed,  # the same greedy tokens, generated faster on a CPU
     )
     run = {
         "preset": preset,

@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import TrainerCallback
 
+from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.training import lab, monitoring
 from course_utils.training import run as training
@@ -92,7 +93,8 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started, cpu_started = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
-        result = lab.run_training(profile, callbacks=[steps, generate])
+        # The CPU lab as notebook 04 runs it: with the plug-in (COURSE_CPU_SPEEDUPS=0 times plain TRL)
+        result = lab.run_training(profile, callbacks=[steps, generate], speedups=cpu_speed)
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
     logs = monitoring.training_logs(result.trainer.state.log_history)

@@ -5,7 +5,8 @@
     ``hardware`` (the CPU's precision path, the GPU's abilities, the ``Hardware`` a run uses), ``answer_format``
     (the ``<reasoning>``/``<answer>`` layout), ``findings`` (the ``Finding`` that preflight and monitoring report),
     ``field_checks`` (config values checked against their declared types and choices), ``rehearsal`` (the GPU
-    profiles changed for a CPU under ``COURSE_REHEARSAL=1``, each change said).
+    profiles changed for a CPU under ``COURSE_REHEARSAL=1``, each change said), ``speedups`` (the CPU plug-in's
+    switch, the shape a function asks of it, and what its kept logits cost in memory).
 ``lesson``: what a learner builds, notebooks 01 to 03; imports core.
     ``data`` (GSM8K read from a folder, the Hub or the sample; splits), ``formatting`` (gold answers parsed, chat
     prompts built), ``data_checks`` (calculator notes recomputed, careless parsers measured), ``token_lengths``
@@ -31,8 +32,9 @@
     ``comparison`` (verdicts, a learner's function compared with the reference, what a check hands back), one
     module a notebook (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,
     ``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``).
-``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and is imported
-    only by training, evaluation and exercises.
+``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and no module of the
+    package imports it: training and evaluation take it from their caller (``speedups=cpu_speed``, a visible line
+    in a notebook or a script; ``core.speedups`` holds its switch and the shape they ask of it).
     ``packed_linear`` (linear layers packed for decoding), ``group_generation`` (a GRPO group sampled in fewer
     passes, from: ``prompt_cache`` (the prompt read once per group), ``adapters`` (LoRA beside or merged into packed
     weights), ``lean_decoder`` (a decoder layer in fewer calls), ``attention`` (one token's query heads stacked per

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision, machine_summary
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.evaluation.sampling import evaluate_sampled
@@ -33,6 +34,8 @@ from course_utils.lesson.data_checks import solution_steps
 from course_utils.training import problem_choice
 
 REPO = Path(__file__).resolve().parents[1]
+# The CPU plug-in (appendix 99): the same warm start and samples, faster on a CPU; COURSE_CPU_SPEEDUPS=0 turns it off
+SPEEDUPS = cpu_speed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def by_steps(profile: Profile, args: argparse.Namespace, settings: dict[str, Any]) -> list[str]:
     """The warm start's pass@k on training problems, bucket by bucket of solution steps."""
-    start = starting_model(profile)
+    start = starting_model(profile, SPEEDUPS)
     train = load_gsm8k("train", formatted=True, verbose=False)
     train = train.select(range(len(train) - profile.warm_start_examples))  # the warm start's own rows left out
     lines = []
@@ -104,7 +107,7 @@ def by_steps(profile: Profile, args: argparse.Namespace, settings: dict[str, Any
             print(f"steps_{step}_problems: 0", flush=True)  # no training problem has this many steps
             lines.append(f"steps_{step}_problems: 0")
             continue
-        result = evaluate_sampled(start.model, start.tokenizer, train.select(indices), **settings)
+        result = evaluate_sampled(start.model, start.tokenizer, train.select(indices), speedups=SPEEDUPS, **settings)
         new = [*bucket_lines(step, result), f"steps_{step}_seconds: {result['elapsed_seconds']:.0f}"]
         print("\n".join(new), flush=True)
         lines += new
@@ -113,8 +116,8 @@ def by_steps(profile: Profile, args: argparse.Namespace, settings: dict[str, Any
 
 def screen(profile: Profile, count: int, settings: dict[str, Any], made_by: str) -> list[str]:
     """A group for each of the first ``count`` problems the lab would train on; the list of those solved sometimes."""
-    start = starting_model(profile.override(problem_list=None, train_size=count))
-    result = evaluate_sampled(start.model, start.tokenizer, start.dataset, **settings)
+    start = starting_model(profile.override(problem_list=None, train_size=count), SPEEDUPS)
+    result = evaluate_sampled(start.model, start.tokenizer, start.dataset, speedups=SPEEDUPS, **settings)
     facts = {"profile": profile.name, "max_new_tokens": settings["max_new_tokens"], "seed": settings["seed"],
              "temperature": settings["temperature"], "precision_path": cpu_precision().path,
              "screened_pass1": round(result["pass@1"], 4)}  # fmt: skip

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision, machine_summary
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.variants import (
@@ -34,6 +35,8 @@ from course_utils.evaluation.variants import (
 from course_utils.training.monitoring import monitor, save_run_artifacts
 
 REPO = Path(__file__).resolve().parents[1]
+# The CPU plug-in (appendix 99): the same training and sampling, faster on a CPU; COURSE_CPU_SPEEDUPS=0 turns it off
+SPEEDUPS = cpu_speed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,7 +105,7 @@ def header(args, profile, steps: int, hack_steps: int) -> list[str]:
 def run_variants(args, profile, steps: int, start, record: Record) -> None:
     for seed in args.seeds:  # seed-major: a cut-short run still has every variant at the first seed
         for name in args.variants:
-            record.keep(run_variant(name, profile=profile, seed=seed, max_steps=steps, start=start))
+            record.keep(run_variant(name, profile=profile, seed=seed, max_steps=steps, start=start, speedups=SPEEDUPS))
     table = results_table(record.runs)
     for name, row in seed_summary(table).iterrows():
         record.emit(
@@ -122,7 +125,7 @@ def run_variants(args, profile, steps: int, start, record: Record) -> None:
 
 def run_hacks(args, profile, steps: int, start, record: Record) -> None:
     for fixed in (False, True):
-        run = run_hack(fixed, profile=profile, seed=args.seeds[0], max_steps=steps, start=start)
+        run = run_hack(fixed, profile=profile, seed=args.seeds[0], max_steps=steps, start=start, speedups=SPEEDUPS)
         rules = sorted({finding.code for finding in monitor(run.log_history)}) or ["none"]
         record.keep(run, note=f", rules fired: {', '.join(rules)}")
 
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = header(args, profile, steps, hack_steps)
     table, hack = Record(args.output, RESULTS_TXT, list(lines)), Record(args.output, HACK_TXT, list(lines))
     started = time.perf_counter()
-    start = starting_model(profile)
+    start = starting_model(profile, SPEEDUPS)
     if not args.no_hack and args.hack_first:
         run_hacks(args, profile, hack_steps, start, hack)
     if not args.no_variants:

@@ -1,9 +1,9 @@
 """The package's shape: its map, and its import graph read from the source with ``ast`` (function-level imports too).
 
 course_utils is in groups that import one way (core <- lesson <- training <- evaluation <- exercises; the
-cpu_speed plug-in on the side, reading only core): a cycle would make the order modules load in decide
-whether an import works, and a lesson module that imported training would pull the trainer into every plot.
-The package docstring is the map a reader starts from, so every module must be on it.
+cpu_speed plug-in on the side, reading only core and read by no module of ours): a cycle would make the order
+modules load in decide whether an import works, and a lesson module that imported training would pull the trainer
+into every plot. The package docstring is the map a reader starts from, so every module must be on it.
 """
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ ALLOWED_IMPORTS: dict[str, set[str]] = {
     "package": set(),
     "core": set(),
     "lesson": {"core"},
-    "training": {"core", "lesson", "cpu_speed"},
-    "evaluation": {"core", "lesson", "training", "cpu_speed"},
-    "exercises": {"core", "lesson", "training", "evaluation", "cpu_speed"},
+    "training": {"core", "lesson"},
+    "evaluation": {"core", "lesson", "training"},
+    "exercises": {"core", "lesson", "training", "evaluation"},
     "cpu_speed": {"core"},
     "runner": {"core"},
 }
@@ -170,6 +170,31 @@ def test_group_violations_are_found():
         "course_utils.lesson.data -> course_utils.cpu_speed.packed_linear",
         "course_utils.runner -> course_utils.training.run",
     ]
+
+
+def importers_of(graph: dict[str, set[str]], group: str) -> list[str]:
+    """Every module outside ``group`` that imports one of its modules, as ``importer -> imported``."""
+    return [
+        f"{module} -> {other}"
+        for module, imported in sorted(graph.items())
+        for other in sorted(imported)
+        if group_of(other) == group and group_of(module) != group
+    ]
+
+
+def test_importers_of_finds_a_module_that_imports_the_plug_in():
+    graph = {
+        "course_utils.evaluation.heldout": {"course_utils.cpu_speed", "course_utils.core.speedups"},
+        "course_utils.cpu_speed.logit_tiles": {"course_utils.cpu_speed.packed_linear"},
+    }
+    assert importers_of(graph, "cpu_speed") == ["course_utils.evaluation.heldout -> course_utils.cpu_speed"]
+
+
+def test_no_module_outside_the_plug_in_imports_it():
+    """The plug-in is a side branch: training and evaluation take it from their caller (``speedups=cpu_speed``),
+    so every place that turns it on is a line in a notebook or a script, not a hidden call inside the package."""
+    found = importers_of(import_graph(), "cpu_speed")
+    assert not found, "modules importing the CPU plug-in (take it as a speedups argument instead):\n" + "\n".join(found)
 
 
 def test_imports_follow_the_group_order():

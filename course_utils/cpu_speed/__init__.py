@@ -1,13 +1,14 @@
-"""The CPU plug-in: the same training, computed faster on a CPU. Imports core only; the lesson never imports it.
+"""The CPU plug-in: the same training, computed faster on a CPU. Imports core only; no module of ours imports it.
 
 ``with cpu_speed.enabled(trainer): trainer.train()`` installs the speed-ups on the trainer's model for the length
 of the block and puts everything back when it ends, raises or is interrupted: freed memory kept for reuse, each
 group sampled with its prompt read once through packed weights, the completion tokens scored only, the logits
 kept for the backward, the shared prompt read once and the frozen layers taken from sampling (:data:`PARTS`).
-``for_generation(model)`` does the sampling part for evaluation. One switch turns it all off
-(``COURSE_CPU_SPEEDUPS=0``, or a profile's ``cpu_speedups=False``), and it runs only on the library versions it
-was tested with (``versions``); elsewhere training is plain TRL. Nothing is patched at import; :func:`installed`
-says what is patched right now.
+``for_generation(model)`` does the sampling part for evaluation. Training and evaluation functions of the package
+take it from their caller (``evaluate_model(..., speedups=cpu_speed)``), so each place it runs is a visible line.
+One switch turns it all off (``COURSE_CPU_SPEEDUPS=0``, or a profile's ``cpu_speedups=False``), and it runs only on
+the library versions it was tested with (``versions``); elsewhere training is plain TRL. Nothing is patched at
+import; :func:`installed` says what is patched right now.
 
 Modules: ``packed_linear``, ``group_generation`` (composed of ``prompt_cache``, ``adapters``, ``lean_decoder``,
 ``attention``, ``sampling``), ``completion_scoring``, ``logit_tiles``, ``cpu_allocator``, ``versions``, ``probe``.

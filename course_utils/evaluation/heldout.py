@@ -16,8 +16,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.metrics import score_completions
 from course_utils.lesson.data import load_gsm8k, load_splits, train_val_split
 from course_utils.lesson.models import DecodeTimer, Generation, greedy_generate
@@ -70,17 +70,18 @@ def evaluate_model(
     sort_by_length: bool = True,
     confidence: float = 0.95,
     description: str = "evaluating",
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> dict[str, Any]:
     """Greedy, batched evaluation of ``model`` on ``dataset`` (rows with a chat ``prompt`` and a gold ``answer``).
 
     Prompts go through ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, are sorted by length
     (``sort_by_length``) so each batch pads little, left-padded (generation appends on the right), and generated
-    under ``torch.inference_mode`` (on a CPU profile through ``cpu_speed.for_generation``: the same tokens,
-    faster); the order of ``records`` is the dataset's. A generation that reaches
-    ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns ``score_completions``'s dict,
-    timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size``, ``max_new_tokens``, and the
-    two phases of generation apart (``lesson.models.DecodeTimer``): ``prefill_seconds`` (reading the prompts),
-    ``decode_seconds`` and ``decode_tokens_per_second`` (writing the answers).
+    under ``torch.inference_mode`` (through ``speedups.for_generation`` where the caller hands the plug-in,
+    ``speedups=cpu_speed``: the same tokens, faster on a CPU); the order of ``records`` is the dataset's. A
+    generation that reaches ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns
+    ``score_completions``'s dict, timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size``,
+    ``max_new_tokens``, and the two phases of generation apart (``lesson.models.DecodeTimer``): ``prefill_seconds``
+    (reading the prompts), ``decode_seconds`` and ``decode_tokens_per_second`` (writing the answers).
     """
     _check_generation_args(batch_size, max_new_tokens)
     rows = rows_to_evaluate(dataset)
@@ -90,7 +91,7 @@ def evaluate_model(
     order = sorted(range(len(rows)), key=lambda i: -lengths[i])  # stable: unsorted when every length is 0
     generations: list[Generation | None] = [None] * len(rows)
     timer = DecodeTimer()
-    with _progress_bar(len(rows), progress, description) as bar, cpu_speed.for_generation(model):
+    with _progress_bar(len(rows), progress, description) as bar, speedups.for_generation(model):
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
             outputs = greedy_generate(model, tokenizer, [prompts[i] for i in batch], max_new_tokens, timer)
@@ -138,6 +139,7 @@ def evaluate_one_at_a_time(
     max_new_tokens: int = 256,
     progress: bool = True,
     confidence: float = 0.95,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> dict[str, Any]:
     """The popular tutorial's loop, one problem per ``generate`` call: kept only as the speed baseline.
 
@@ -149,7 +151,7 @@ def evaluate_one_at_a_time(
     rows = rows_to_evaluate(dataset)
     started = time.perf_counter()
     timer = DecodeTimer()
-    with cpu_speed.for_generation(model):  # as evaluate_model generates: only the batching differs
+    with speedups.for_generation(model):  # as evaluate_model generates: only the batching differs
         generations = [
             greedy_generate(model, tokenizer, [row["prompt"]], max_new_tokens, timer)[0]
             for row in tqdm(rows, disable=not progress, desc="one at a time", unit="problem")

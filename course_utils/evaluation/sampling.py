@@ -3,7 +3,7 @@
 Greedy accuracy says what the model answers on its single most likely path. GRPO learns from *samples*: a
 group of completions per prompt, drawn as in training. So the same measures are taken here from samples drawn
 the way ``GRPOTrainer`` draws them (``lesson.models.sample_generate``: each prompt repeated ``samples`` times in
-a row, TRL's default temperature and top-p, on a CPU through ``cpu_speed.for_generation`` as training does):
+a row, TRL's default temperature and top-p, through the plug-in the caller hands over as training does):
 
 - **pass@1**: the share of samples that are right, averaged over problems;
 - **pass@k**: the chance that at least one of ``k`` samples is right (the unbiased estimator, ``stats.pass_at_k``);
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from numbers import Integral
 from typing import Any
 
-from course_utils import cpu_speed
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import rows_to_evaluate
 from course_utils.evaluation.stats import bootstrap_interval, pass_at_k
 from course_utils.lesson.models import sample_generate
@@ -95,20 +95,22 @@ def evaluate_sampled(
     max_new_tokens: int = 256,
     temperature: float = 1.0,
     seed: int = 0,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> dict[str, Any]:
     """``samples`` completions per problem, drawn as training draws a group; pass@k for each of ``ks`` and maj@samples.
 
     Batches hold ``prompts_per_batch`` whole groups (``prompts_per_batch * samples`` rows). Each batch is seeded
     with ``seed`` plus its index, so a problem's samples do not depend on how many problems came before it in
     another run. Returns ``summarize_samples``'s dict plus ``records`` (one per problem), ``samples``, ``ks`` and
-    ``elapsed_seconds``.
+    ``elapsed_seconds``. ``speedups``: the plug-in to sample through (``speedups=cpu_speed``), default plain
+    transformers.
     """
     rows = rows_to_evaluate(dataset)
     ks = _check_ks(ks, samples)
     if isinstance(prompts_per_batch, bool) or not isinstance(prompts_per_batch, Integral) or prompts_per_batch < 1:
         raise ValueError(f"prompts_per_batch must be a positive whole number, got {prompts_per_batch!r}")
     started, records = time.perf_counter(), []
-    with cpu_speed.for_generation(model):
+    with speedups.for_generation(model):
         for index, start in enumerate(range(0, len(rows), prompts_per_batch)):
             batch = rows[start : start + prompts_per_batch]
             groups = sample_generate(model, tokenizer, [r["prompt"] for r in batch], samples, max_new_tokens,

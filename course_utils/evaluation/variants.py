@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 import pandas as pd
 from transformers import set_seed
 
-from course_utils import cpu_speed
 from course_utils.core.paths import output_dir, repo_root
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import evaluate_model, test_problems
 from course_utils.lesson.rewards import REWARD_FUNCS
 from course_utils.lesson.rewards.hacking import length_bonus_reward_func, paid_length_bonus_reward_func
@@ -136,12 +136,15 @@ class StartingPoint(NamedTuple):
     dataset: Any
 
 
-def starting_model(profile: Profile | str | None = None) -> StartingPoint:
-    """The profile's model after its (cached) warm start, the tokenizer and the GRPO prompts, built once for all."""
+def starting_model(profile: Profile | str | None = None, speedups: SpeedUps = NO_SPEEDUPS) -> StartingPoint:
+    """The profile's model after its (cached) warm start, the tokenizer and the GRPO prompts, built once for all.
+
+    ``speedups``: the plug-in the warm start trains with (``speedups=cpu_speed``), default plain TRL.
+    """
     p = get_profile(profile)
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:
-        model = warm_start(model, tokenizer, p, cache=True)
+        model = warm_start(model, tokenizer, p, cache=True, speedups=speedups)
     return StartingPoint(model, tokenizer, training_dataset(p, tokenizer=tokenizer))
 
 
@@ -165,6 +168,7 @@ def run_variant(
     log_completions: bool = False,
     eval_size: int | None = None,
     start: StartingPoint | None = None,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> VariantRun:
     """Train one variant from the profile's warm-started model and evaluate it on held-out test problems.
 
@@ -173,6 +177,7 @@ def run_variant(
     step's completions under ``<run>/completions/`` (``logged_completions`` reads them). ``start``: the
     ``StartingPoint`` of ``starting_model``, whose model is copied instead of loaded again (every run starts from the
     same weights either way). ``eval_size``: how many held-out test problems (default: the profile's).
+    ``speedups``: the plug-in the run trains and generates with (``speedups=cpu_speed``), default plain TRL.
     """
     p = get_profile(profile)
     fields = variant_fields(name) if fields is None else dict(fields)
@@ -180,7 +185,7 @@ def run_variant(
     started = time.perf_counter()
     set_seed(seed)
     if start is None:
-        start = starting_model(p)  # a fresh model, trained in place
+        start = starting_model(p, speedups)  # a fresh model, trained in place
         model = start.model
     else:
         model = copy.deepcopy(start.model)  # every run trains its own copy of the shared start
@@ -197,9 +202,9 @@ def run_variant(
         overrides["reward_weights"] = list(reward_weights)
     config = make_grpo_config(p, run_dir, **overrides)
     trainer = build_trainer(model, start.tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
-    with cpu_speed.enabled(trainer, profile=p):
+    with speedups.enabled(trainer, profile=p):
         trainer.train()
-    result = _held_out_result(trainer.model, start.tokenizer, p, eval_size)
+    result = _held_out_result(trainer.model, start.tokenizer, p, eval_size, speedups)
     return VariantRun(
         name=name,
         seed=seed,
@@ -212,7 +217,9 @@ def run_variant(
     )
 
 
-def _held_out_result(model: Any, tokenizer: Any, profile: Profile, eval_size: int | None) -> dict[str, Any]:
+def _held_out_result(
+    model: Any, tokenizer: Any, profile: Profile, eval_size: int | None, speedups: SpeedUps
+) -> dict[str, Any]:
     """The trained variant scored on ``eval_size`` held-out test problems (default: the profile's), greedily."""
     problems = test_problems(profile if eval_size is None else profile.override(eval_size=eval_size))
     return evaluate_model(
@@ -222,6 +229,7 @@ def _held_out_result(model: Any, tokenizer: Any, profile: Profile, eval_size: in
         batch_size=profile.eval_batch_size,
         max_new_tokens=profile.eval_max_new_tokens,
         progress=False,
+        speedups=speedups,
     )
 
 
@@ -243,6 +251,7 @@ def run_hack(
     max_steps: int | None = None,
     eval_size: int | None = None,
     start: StartingPoint | None = None,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> VariantRun:
     """Train with the exploitable thoroughness bonus (``fixed=False``) or its fix, completions logged."""
     funcs, weights = hack_rewards(fixed)
@@ -258,6 +267,7 @@ def run_hack(
         log_completions=True,
         eval_size=eval_size,
         start=start,
+        speedups=speedups,
     )
 
 

@@ -457,8 +457,8 @@ def greedy_generate(
     The chat template opens the assistant turn; the tokenizer pads on the left (``padding_side="left"``:
     generation appends on the right, so every prompt must end where the new tokens start). The model is
     put in eval mode for the call and restored after. Plain ``generate``: evaluation makes it faster on a CPU
-    around the call (``course_utils.cpu_speed.for_generation``). A ``DecodeTimer`` splits the time into prefill
-    and decoding.
+    around the call with the plug-in its caller hands it (``speedups.for_generation``). A ``DecodeTimer`` splits
+    the time into prefill and decoding.
     """
     _check_conversations(conversations, max_new_tokens)
     if not conversations:

@@ -15,8 +15,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from course_utils import cpu_speed
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.training.monitoring import save_run_artifacts
 from course_utils.training.run import (
     build_trainer,
@@ -47,6 +47,7 @@ def run_training(
     profile: Profile | str | None = None,
     callbacks: Iterable[TrainerCallback] = (),
     before_train: Any = None,
+    speedups: SpeedUps = NO_SPEEDUPS,
     **config_overrides: Any,
 ) -> RunResult:
     """The whole of notebook 04 in one call (fresh run): load, warm start, train, save artifacts and model.
@@ -56,20 +57,21 @@ def run_training(
     ``GRPOConfig`` fields (``seed=1``: the same warm start, another GRPO run). The config, the model and the
     trainer are all built (and so checked) before the previous run's outputs are deleted: a bad setting stops
     the run with the previous one still on disk. The config comes first, so it fails before the warm start.
+    ``speedups``: the plug-in the warm start and GRPO train with (``speedups=cpu_speed``), default plain TRL.
     """
     p = get_profile(profile)
     config = make_grpo_config(p, **config_overrides)
     started = time.perf_counter()
     model, tokenizer = load_model_for_training(p)
     if p.warm_start_examples:
-        model = warm_start(model, tokenizer, p, cache=True)  # kept: notebook 05 evaluates it
+        model = warm_start(model, tokenizer, p, cache=True, speedups=speedups)  # kept: notebook 05 evaluates it
     warm_seconds = time.perf_counter() - started
     trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
     run_dir = clear_run_dir(default_run_dir(p))
     if before_train is not None:
         before_train(trainer)
     started = time.perf_counter()
-    with cpu_speed.enabled(trainer, profile=p):
+    with speedups.enabled(trainer, profile=p):
         trainer.train()
     train_seconds = time.perf_counter() - started
     save_run_artifacts(trainer.state.log_history, run_dir)
@@ -99,12 +101,12 @@ def short_run_profile(profile: Any = None) -> Any:
     return p.override(name=f"{p.name}-short", **{field: getattr(ci, field) for field in SHORT_RUN_FIELDS})
 
 
-def train_short_run(profile: Any = None) -> Path:
+def train_short_run(profile: Any = None, speedups: SpeedUps = NO_SPEEDUPS) -> Path:
     """Train a ci-sized GRPO run of ``profile``'s model (warm start, a few steps) and save it; return the folder.
 
-    The same whole run as notebook 04 (``run_training``), only with the ci profile's sizes.
+    The same whole run as notebook 04 (``run_training``, with ``speedups``), only with the ci profile's sizes.
     """
-    return run_training(short_run_profile(profile)).final_dir
+    return run_training(short_run_profile(profile), speedups=speedups).final_dir
 
 
 STAND_IN_NOTE = "stand-in short run"
@@ -119,11 +121,12 @@ def trained_label(label: str, is_short_run: bool) -> str:
     return f"{label} ({STAND_IN_NOTE})" if is_short_run else label
 
 
-def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
+def trained_model_or_short_run(profile: Any = None, speedups: SpeedUps = NO_SPEEDUPS) -> tuple[Path, bool]:
     """The trained model's folder for ``profile``, and whether it is a stand-in short run.
 
     Looks for notebook 04's result first; without one it says so and uses (or trains, once) a ci-sized short run,
     so this notebook also runs on its own. A short run barely trains: its numbers show the method, not the effect.
+    ``speedups``: the plug-in a short run trains with, default plain TRL.
     """
     folder = find_trained_model(profile)
     if folder is not None:
@@ -136,4 +139,4 @@ def trained_model_or_short_run(profile: Any = None) -> tuple[Path, bool]:
         print(f"Fallback: the {STAND_IN_NOTE} already on disk, {folder}; it only demonstrates the method.")
         return folder, True
     print(f"Fallback: training a {STAND_IN_NOTE} ({short.max_steps} GRPO steps); it only demonstrates the method.")
-    return train_short_run(short), True
+    return train_short_run(short, speedups), True

@@ -19,9 +19,9 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from trl import SFTConfig, SFTTrainer
 
-from course_utils import cpu_speed
 from course_utils.core.answer_format import format_answer
 from course_utils.core.profiles import Profile, get_profile
+from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.models import saved_model_kind
@@ -215,12 +215,14 @@ def warm_start(
     profile: Profile | str | None = None,
     dataset: Any = None,
     cache: bool | Path = False,
+    speedups: SpeedUps = NO_SPEEDUPS,
 ) -> Any:
     """Prime the XML format with a short SFT run (TRL's ``SFTTrainer``); return the primed, plain model.
 
     The same steps notebook 04's learner writes out, in one call for scripts. ``cache``: True (the run
     folder's warm-start model) or a folder; a primed model already there is loaded instead of retrained when the
     settings that made it match this profile's and examples (``warm_start_settings``), and rebuilt otherwise.
+    ``speedups``: the plug-in the SFT steps run with (``speedups=cpu_speed``: freed memory reused), default none.
     """
     p = get_profile(profile)
     if p.load_in_4bit:
@@ -241,6 +243,6 @@ def warm_start(
         processing_class=tokenizer,
         peft_config=warm_start_lora_config(p, model),
     )
-    with cpu_speed.enabled(trainer, profile=p):
+    with speedups.enabled(trainer, profile=p):
         trainer.train()
     return finish_warm_start(trainer, folder, settings)
