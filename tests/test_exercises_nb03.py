@@ -255,7 +255,31 @@ def xmlcount_last_only(completions, **kwargs):  # overwrites instead of appendin
     return [score]
 
 
+def float_after_cleanup(prompts, completions, answer, **kwargs):  # float() reads 1e3, 1_000 and nan as numbers
+    def value(text):
+        try:
+            return float(text.replace(",", "").replace("$", ""))
+        except ValueError:
+            return None
+
+    texts = completion_texts(completions)
+    return [2.0 if (v := value(extract_xml_answer(t))) is not None and v == float(g) else 0.0
+            for t, g in zip(texts, answer, strict=True)]
+
+
+def int_by_float(completions, **kwargs):  # float().is_integer(): 1e3 and 1_000 count as whole numbers
+    def whole(text):
+        try:
+            return float(text.replace(",", "").replace("$", "")).is_integer()
+        except ValueError:
+            return False
+
+    return [0.5 if whole(extract_xml_answer(t)) else 0.0 for t in completion_texts(completions)]
+
+
 WRONG_REWARDS = {  # (notebook name, wrong answer, what the check names: a case where the two differ)
+    "float() after removing , and $": ("correctness_reward_func", float_after_cleanup, "answer 1e3 (an exponent)"),
+    "float().is_integer()": ("int_reward_func", int_by_float, "answer 1_000 (an underscore)"),
     "scores the first completion only": ("correctness_reward_func", first_only, "list of 5, yours returns 1 reward(s)"),
     "zip without strict=True": ("correctness_reward_func", zip_not_strict, "3 completions, 2 gold answers"),
     "int: first completion only": ("int_reward_func", int_first_only, "1 reward(s) for 5 completion(s)"),

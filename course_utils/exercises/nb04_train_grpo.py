@@ -615,6 +615,8 @@ def strip_adapters(model: Any) -> None:
 
     Without this the reference trainer would add a second adapter next to the leftover one.
     """
+    if not isinstance(model, torch.nn.Module):
+        return
     for name, module in list(model.named_modules()):
         if isinstance(module, BaseTunerLayer):
             parent_name, _, child = name.rpartition(".")
