@@ -188,8 +188,12 @@ def check_resume_settings(run_dir: Path, profile: Profile) -> None:
     """Refuse a resume under settings the run was not trained with (model, LoRA shape, group size, warm start)."""
     try:
         conflicts = run_folder.settings_conflicts(run_dir, run_folder.run_settings(profile))
+        recorded = run_folder.recorded_settings(run_dir) is not None
     except run_folder.RunFolderError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if not recorded:
+        print(f"--resume: {run_dir} recorded no settings (a notebook's run, or an older one): the model, LoRA shape, "
+              "group size and warm start are not checked against the checkpoint's.")  # fmt: skip
     if conflicts:
         raise SystemExit(
             f"error: --resume: {run_dir} was trained with other settings ({'; '.join(conflicts)}). Resume with the "

@@ -322,6 +322,12 @@ def test_notebook_04s_resume_of_a_finished_run_is_refused(tmp_path):
     assert (tmp_path / "final" / "config.json").is_file()
 
 
+def test_a_resume_without_recorded_settings_says_they_are_not_checked(script, tmp_path, capsys):
+    earlier_run(tmp_path / "run")  # marked without settings, as notebook 04's clear_run_dir leaves it
+    script.check_resume_settings(tmp_path / "run", get_profile("ci"))
+    assert "recorded no settings" in capsys.readouterr().out
+
+
 # --- The log is never shortened ---------------------------------------------------------------------------
 
 

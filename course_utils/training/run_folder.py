@@ -305,10 +305,16 @@ def run_settings(profile: Profile) -> dict[str, Any]:
     return json.loads(json.dumps({name: getattr(profile, name) for name in RESUME_SETTING_FIELDS}))
 
 
+def recorded_settings(run_dir: Path) -> dict[str, Any] | None:
+    """The settings the run in ``run_dir`` was made with, or None when none were recorded (notebook 04's runs)."""
+    saved = read_marker(run_dir).get("settings")
+    return saved if isinstance(saved, dict) else None
+
+
 def settings_conflicts(run_dir: Path, settings: dict[str, Any]) -> list[str]:
     """``["lora_r: the run used 8, this command asks for 16", ...]`` against the settings the marker recorded."""
-    saved = read_marker(run_dir).get("settings")
-    if not isinstance(saved, dict):
+    saved = recorded_settings(run_dir)
+    if saved is None:
         return []
     return [
         f"{name}: the run used {saved[name]!r}, this command asks for {value!r}"
