@@ -254,8 +254,8 @@ def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     "changes",
     [
         {"layers_to_transform": 1},  # peft reads an int as one layer: here the top one, as the profile says
-        {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},  # attention only
-        {"target_modules": ["q_proj", "v_proj"], "r": 4, "lora_alpha": 8},
+        {"target_modules": ["down_proj", "up_proj", "gate_proj", "o_proj", "v_proj", "k_proj", "q_proj"]},
+        {"r": 4, "lora_alpha": 8},
         {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": (1,)},
     ],
 )
@@ -280,6 +280,9 @@ def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny
         ({"layers_to_transform": [0]}, "layers_to_transform=[0]: the profile adapts the top 1 layers"),
         ({"layers_to_transform": 0}, "layers_to_transform=0 adapts the one layer numbered 0, not the top 1"),
         ({"r": 64}, "r=64: the profile's rank is 8 (accepted: 4 to 16)"),
+        ({"target_modules": ["q_proj", "v_proj"]}, "leaves out ['down_proj', 'gate_proj', 'k_proj', 'o_proj'"),
+        ({"target_modules": None}, "the profile adapts ['down_proj', 'gate_proj', 'k_proj'"),
+        ({"target_modules": [*get_profile("ci").lora_target_modules, "lm_head"]}, "adds ['lm_head']"),
     ],
 )
 def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):

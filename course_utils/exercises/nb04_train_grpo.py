@@ -59,6 +59,7 @@ from course_utils.training.preflight import trl_choices
 from course_utils.training.run import (
     check_generation_batch,
     default_run_dir,
+    lora_targets_in,
     make_grpo_config,
     make_lora_config,
     precision_flags,
@@ -377,6 +378,34 @@ def target_problems(targets: Any, model: Any) -> list[str]:
     return []
 
 
+def adapted_kinds(targets: Any, model: Any) -> set[str]:
+    """The kinds of linear layer (``q_proj``...) that ``target_modules`` adapts in ``model``, as peft reads it."""
+    linear = linear_layer_names(model)
+    if targets is None:  # peft's default for the architecture
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type, [])
+    if targets == "all-linear":  # every linear layer but the output head
+        chosen = [n for n in linear if not n.endswith("lm_head")]
+    elif isinstance(targets, str):
+        chosen = [n for n in linear if re.fullmatch(targets, n)]
+    else:
+        chosen = [n for n in linear if any(n == t or n.endswith(f".{t}") for t in targets)]
+    return {name.rsplit(".", 1)[-1] for name in chosen}
+
+
+def target_kind_problems(targets: Any, profile: Profile, model: Any) -> list[str]:
+    """The profile's targets, however written (a list in any order, a pattern, ``"all-linear"``)."""
+    wanted = set(lora_targets_in(model, profile.lora_target_modules))
+    given = adapted_kinds(targets, model)
+    if given == wanted:
+        return []
+    fewer, more = sorted(wanted - given), sorted(given - wanted)
+    parts = [f"leaves out {fewer}" if fewer else "", f"adds {more}" if more else ""]
+    return [f"target_modules={shown(targets)} {' and '.join(p for p in parts if p)}: the profile adapts "
+            f"{sorted(wanted)} (profile.lora_target_modules); fewer adapted layers learn less in the run's few "
+            "steps, more cost memory and time the profile did not measure"]
+
+
 def layer_problems(layers: Any, model: Any) -> list[str]:
     """``layers_to_transform``: None (every layer) or indices of decoder layers the model has."""
     if layers is None:
@@ -444,7 +473,9 @@ def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]
         problems.append(f"task_type={task!r}: a language model that generates is 'CAUSAL_LM'")
     layers = layer_problems(config.layers_to_transform, model) or top_layers_problems(config.layers_to_transform,
                                                                                         profile, model)
-    return [*problems, *target_problems(config.target_modules, model), *layers]
+    targets = target_problems(config.target_modules, model) or target_kind_problems(config.target_modules, profile,
+                                                                                       model)
+    return [*problems, *targets, *layers]
 
 
 LORA_HINT = ("the profile's lora_* fields give the rank, alpha and target names (print(model) lists its layers); "
