@@ -7,6 +7,7 @@ switch; the version gate; ``parts=``; and that importing the package patches not
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import warnings
@@ -230,6 +231,57 @@ def test_for_generation_restores_the_model_and_is_a_no_op_when_off(monkeypatch):
     monkeypatch.setenv(cpu_speed.ENV_VAR, "0")
     with cpu_speed.for_generation(model):
         assert "generate" not in model.__dict__
+
+
+# --- A part that fails to install ----------------------------------------------------------------------
+
+RENAMED = "module 'trl.trainer.utils' has no attribute '_ChunkedLogProbFunction'"
+
+
+@contextlib.contextmanager
+def failing_install():
+    """A part whose install raises, as one would after a library renamed what it patches."""
+    raise AttributeError(RENAMED)
+    yield  # pragma: no cover
+
+
+def one_line_said(capsys) -> str:
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("CPU speed-ups")]
+    return line
+
+
+def test_a_part_that_fails_to_install_leaves_plain_trl_and_says_so_in_one_line(tokenizer, tmp_path, monkeypatch,
+                                                                                capsys):
+    seen = []
+
+    def watching(completions, **kwargs):
+        seen.append(snapshot(trainer.model))
+        return length_reward(completions)
+
+    trainer = grpo_trainer(tokenizer, tmp_path, watching)
+    before = snapshot(trainer.model)
+    broken = cpu_speed.PARTS[3]  # installed after three others, which must come out again
+    monkeypatch.setitem(cpu_speed._CONTEXTS, broken, lambda trainer, model: failing_install())
+    with cpu_speed.enabled(trainer) as speedups:
+        assert speedups.active == () and cpu_speed.installed() == ()
+        trainer.train()
+    assert seen and all(state == before for state in seen), "training ran as plain TRL"
+    assert_restored(trainer, before)
+    line = one_line_said(capsys)
+    assert line.startswith("CPU speed-ups: off, training runs as plain TRL: the part " + broken)
+    assert f"AttributeError: {RENAMED}" in line and "report" in line and "/issues" in line
+    assert all(f"{name} " in line for name in versions.TESTED), line  # the versions to report with it
+
+
+def test_for_generation_that_fails_to_install_generates_plainly_and_says_so(monkeypatch, capsys):
+    model = build_tiny_random_model()
+    ids = torch.tensor([[1, 2, 3]] * 2)
+    monkeypatch.setattr(cpu_speed, "_group_generation", lambda model: failing_install())
+    with cpu_speed.for_generation(model):
+        assert "generate" not in model.__dict__ and cpu_speed.installed() == ()
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=2, do_sample=False)
+    assert out.shape == (2, 5)
+    assert "the part group_generation failed to install" in one_line_said(capsys)
 
 
 # --- The version gate, the probe and parts= ----------------------------------------------------------

@@ -16,6 +16,7 @@ Modules: ``packed_linear``, ``group_generation`` (composed of ``prompt_cache``, 
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import warnings
 import weakref
@@ -196,6 +197,26 @@ def _checked_parts(parts: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(name for name in PARTS if name in chosen)  # installed in PARTS's order, each once
 
 
+def _report_address() -> str:
+    """Where a learner reports a plug-in failure: the course repository's issues, from the installed metadata."""
+    try:
+        urls = importlib.metadata.metadata("grpo-course").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    repository = next((url.split(",", 1)[1].strip() for url in urls if url.startswith("Repository,")), None)
+    return f"{repository}/issues" if repository else "the course repository's issues"
+
+
+def failed_install_line(part: str, model: Any, error: BaseException) -> str:
+    """The one line a part that failed to install prints: which part, why, that plain TRL runs, how to report it."""
+    found = ", ".join(f"{name} {found or 'missing'}" for name, found in versions.installed_versions().items())
+    return (
+        f"CPU speed-ups: off, training runs as plain TRL: the part {part} failed to install on "
+        f"{type(model).__name__} ({type(error).__name__}: {error}). Please report this line and your versions "
+        f"({found}) at {_report_address()}; {ENV_VAR}=0 silences it."
+    )
+
+
 def _is_grpo_trainer(trainer: Any) -> bool:
     return isinstance(trainer, GRPOTrainer)
 
@@ -235,9 +256,10 @@ class SpeedUps:
                 owner = None if name in PROCESS_WIDE else model
                 try:
                     self._stack.enter_context(_recorded(name, owner, _CONTEXTS[name](self.trainer, model)))
-                except (ValueError, RuntimeError) as error:  # a part this model cannot take: left out, said so
-                    _warn_once(f"CPU speed-up {name} left out for {type(model).__name__}: {error}")
-                    continue
+                except Exception as error:  # a part that cannot install: the whole plug-in off, said in one line
+                    self.remove()
+                    print(failed_install_line(name, model, error))
+                    return self
                 active.append(name)
         except BaseException:
             self.remove()
@@ -268,7 +290,8 @@ def enabled(trainer: Any, parts: Iterable[str] | None = None, *, profile: Profil
     or was interrupted. A trainer other than a ``GRPOTrainer`` gets only ``reuse_freed_memory``. When the switch
     is off (:func:`switched_on`, ``profile`` else ``COURSE_PROFILE``'s), the model is not on the CPU, the
     library versions are untested or the decoder-layer probe finds a mismatch, it is a no-op that prints why in
-    one line (``SpeedUps.active`` is then empty).
+    one line (``SpeedUps.active`` is then empty). A part that fails to install takes the others out with it:
+    plain TRL runs, and one line (:func:`failed_install_line`) names the part, the error and where to report it.
     """
     return SpeedUps(trainer, parts, profile)
 
@@ -278,9 +301,14 @@ def for_generation(model: Any, *, profile: Profile | str | None = None) -> Itera
     """Inside: ``model.generate`` samples as in training (``group_generation.install``), its frozen layers' packs
     kept between calls; everything restored on exit. For evaluation outside training. A no-op when the switch is
     off, the model is not on the CPU, the versions are untested or the probe finds a mismatch, and inside a block
-    that installed it already."""
+    that installed it already; where it fails to install, generation is plain and one line says why."""
     if getattr(model, INSTALLED_FLAG, False) or _why_off(model, profile, ["group_generation"]):
         yield
         return
-    with _recorded("for_generation", model, _group_generation(model)):
+    stack = ExitStack()
+    try:
+        stack.enter_context(_recorded("for_generation", model, _group_generation(model)))
+    except Exception as error:  # generation runs as plain transformers, said in one line
+        print(failed_install_line("group_generation", model, error))
+    with stack:
         yield
