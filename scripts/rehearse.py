@@ -87,20 +87,21 @@ def linear_4bit_layers(model: Any) -> int:
 
 
 def resume_one_more_step(profile_name: str) -> dict[str, Any]:
-    """Continue the notebook's run from its last checkpoint for one more step; the figures of that run."""
+    """Continue the notebook's run for one more step as notebook 04's resume recipe does; the figures of that run."""
     from transformers.trainer_utils import get_last_checkpoint
 
     from course_utils.core.profiles import get_profile
     from course_utils.training.run import build_trainer, default_run_dir, load_model_for_training, make_grpo_config
+    from course_utils.training.run_folder import prepare_resume
 
     profile = get_profile(profile_name)
     run_dir = default_run_dir(profile)
-    checkpoint = get_last_checkpoint(str(run_dir))
-    if checkpoint is None:
-        raise RuntimeError(f"notebook 04 left no checkpoint in {run_dir}: nothing to resume")
     model, tokenizer = load_model_for_training(profile)
     config = make_grpo_config(profile, run_dir, max_steps=profile.max_steps + 1)
     trainer = build_trainer(model, tokenizer, profile, config=config)
+    if prepare_resume(run_dir, config.max_steps) is None:
+        raise RuntimeError(f"notebook 04 left no complete checkpoint in {run_dir}: nothing to resume")
+    checkpoint = get_last_checkpoint(str(run_dir))
     trainer.train(resume_from_checkpoint=checkpoint)
     trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
     return {
