@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -13,12 +14,18 @@ import pytest
 from course_utils.core.profiles import PROFILES
 from course_utils.cpu_speed import cpu_allocator
 from course_utils.cpu_speed.cpu_allocator import (
+    DEFAULT_MMAP_MAX,
+    DEFAULT_TRIM_BYTES,
     DEFAULT_TRIM_THRESHOLD_BYTES,
+    AllocatorLimits,
     AllocatorSetting,
+    current_limits,
     freed_memory_reused,
     glibc_available,
+    limits_from_environment,
     release_freed_memory,
     reuse_freed_memory,
+    set_limits,
 )
 
 GLIBC = glibc_available()
@@ -70,11 +77,11 @@ def test_log_softmax_reuses_freed_blocks_without_page_faults():
 
 
 # An 800 MB block allocated, filled and freed: how much resident memory it leaves behind while freed blocks
-# are reused, then after the defaults are restored and the kept blocks released (as the callback ends training).
+# are reused, then after the limits from before are restored and the kept blocks released (as training ends).
 # Page faults of a later call are no measure of the restore: glibc may serve it from free chunks still in the heap.
 RESTORE_SCRIPT = """
 import json, torch
-from course_utils.cpu_speed.cpu_allocator import release_freed_memory, restore_default_allocator, reuse_freed_memory
+from course_utils.cpu_speed.cpu_allocator import current_limits, release_freed_memory, reuse_freed_memory, set_limits
 
 def resident_mb():
     with open("/proc/self/status") as status:
@@ -86,9 +93,10 @@ def left_behind_by_a_freed_block_mb():
     del block
     return resident_mb() - before
 
+before = current_limits()
 reuse_freed_memory()
 kept = left_behind_by_a_freed_block_mb()
-restored = restore_default_allocator() and release_freed_memory()
+restored = set_limits(before) and release_freed_memory()
 print(json.dumps({"kept": kept, "restored_ok": restored, "after_restore": left_behind_by_a_freed_block_mb()}))
 """
 
@@ -141,7 +149,7 @@ def test_reuse_lasts_for_the_block_and_each_step_releases(monkeypatch, capsys):
         cpu_allocator, "reuse_freed_memory", lambda _: calls.append("reuse") or AllocatorSetting(True, "kept")
     )
     monkeypatch.setattr(cpu_allocator, "release_freed_memory", lambda: calls.append("release") or True)
-    monkeypatch.setattr(cpu_allocator, "restore_default_allocator", lambda: calls.append("restore") or True)
+    monkeypatch.setattr(cpu_allocator, "set_limits", lambda limits: calls.append("restore") or True)
     monkeypatch.setattr(cpu_speed, "release_freed_memory", lambda: calls.append("release") or True)
     with pytest.raises(KeyboardInterrupt), freed_memory_reused():  # an interrupted run restores too
         step = cpu_speed._ReleaseFreedMemoryEachStep()  # what cpu_speed.enabled adds to the trainer
@@ -192,3 +200,85 @@ def test_default_threshold_is_a_positive_c_int():
 def test_cpu_profiles_switch_the_speed_ups_on_and_gpu_profiles_leave_them_off():
     for name, profile in PROFILES.items():
         assert profile.cpu_speedups == (profile.device == "cpu"), name
+
+
+# --- Restoring what was there before, not glibc's defaults ------------------------------------------------------
+
+# In a fresh process started with ``environ``: the limits before and after a freed_memory_reused block, and whether a
+# 64 MB block malloc-ed after it is mmap-ed (glibc's mallinfo2 counts mmap-ed regions): the allocator's behaviour,
+# not only this module's record of it.
+MMAP_AFTER_SCRIPT = """
+import ctypes, json
+from course_utils.cpu_speed.cpu_allocator import current_limits, freed_memory_reused
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+def mmapped_regions_of_a_big_block():
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(64 << 20)
+    regions = libc.mallinfo2().hblks - before
+    libc.free(block)
+    return regions
+
+before = current_limits()
+with freed_memory_reused():
+    inside = mmapped_regions_of_a_big_block()
+after = current_limits()
+print(json.dumps({"before": [before.mmap_max, before.trim_threshold], "after": [after.mmap_max, after.trim_threshold],
+                  "inside": inside, "mmapped_after": mmapped_regions_of_a_big_block()}))
+"""
+
+
+def run_with(environ: dict[str, str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    done = subprocess.run([sys.executable, "-c", MMAP_AFTER_SCRIPT], check=True, capture_output=True, text=True,
+                          env={**env, **environ})  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+@pytest.mark.parametrize(
+    "environ",
+    [{"MALLOC_MMAP_MAX_": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"}],
+    ids=["MALLOC_MMAP_MAX_", "GLIBC_TUNABLES"],
+)
+def test_a_users_allocator_setting_is_back_after_the_block_not_glibcs_default(environ):
+    """A process started with mmap switched off keeps it off after training: a big block still comes from the heap."""
+    seen = run_with(environ)
+    assert seen["before"] == seen["after"] == [0, DEFAULT_TRIM_BYTES], seen
+    assert seen["inside"] == 0 and seen["mmapped_after"] == 0, seen
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+def test_glibcs_defaults_are_back_where_nothing_was_set_before():
+    seen = run_with({})
+    assert seen["before"] == seen["after"] == [DEFAULT_MMAP_MAX, DEFAULT_TRIM_BYTES], seen
+    assert seen["inside"] == 0 and seen["mmapped_after"] == 1, seen  # glibc mmaps a 64 MB block again
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc only")
+def test_an_outer_setting_is_back_after_an_inner_block(capsys):
+    original = current_limits()
+    outer = AllocatorLimits(mmap_max=7, trim_threshold=3 << 20)
+    try:
+        assert set_limits(outer)
+        with freed_memory_reused():
+            assert current_limits().mmap_max == 0
+        assert current_limits() == outer
+    finally:
+        set_limits(original)
+
+
+def test_the_start_limits_are_read_as_glibc_reads_them():
+    assert limits_from_environment({}) == AllocatorLimits(DEFAULT_MMAP_MAX, DEFAULT_TRIM_BYTES)
+    old_names = {"MALLOC_MMAP_MAX_": "12", "MALLOC_TRIM_THRESHOLD_": "4096"}
+    assert limits_from_environment(old_names) == AllocatorLimits(12, 4096)
+    tunables = {**old_names, "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=8192:glibc.other=1"}
+    assert limits_from_environment(tunables) == AllocatorLimits(12, 8192)  # the tunable wins over the old name
+    assert limits_from_environment({"MALLOC_MMAP_MAX_": "lots"}) == AllocatorLimits()  # not a number: glibc's
