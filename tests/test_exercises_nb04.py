@@ -15,6 +15,7 @@ import pytest
 from notebook_code import _imports, code_cells, exercise, notebook_path
 
 from course_utils.exercises import nb04_train_grpo as nb04
+from course_utils.training import monitoring
 from course_utils.training import run as training
 
 MONITORING_HISTORY = [
@@ -73,6 +74,13 @@ def test_04_6_the_name_passes_with_quotes_or_spaces(right):
 def test_04_7_rules_that_do_not_fire_fail(wrong, capsys):
     assert nb04.check_04_monitoring_rule(wrong, MONITORING_HISTORY) is False
     assert "❌ 04.7 monitoring rule" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong", [8, ["clipped_high"], monitoring.Finding])
+def test_04_6_and_04_7_a_name_must_be_a_string(wrong, capsys):
+    assert nb04.check_04_group_size_field(wrong) is False
+    assert nb04.check_04_monitoring_rule(wrong, MONITORING_HISTORY) is False
+    assert capsys.readouterr().out.count("a name was expected, as a string") == 2
 
 
 def test_04_7_an_unreadable_history_is_said_and_never_raised(capsys):

@@ -6,16 +6,15 @@ from typing import Any
 
 from course_utils.core.profiles import PROFILE_ENV_VAR, get_profile
 from course_utils.exercises.comparison import (
-    report,
+    report_name,
     report_number,
 )
 
 
 def check_00_profile_variable(answer: Any) -> bool:
     """00.1: which environment variable chooses the hardware profile?"""
-    correct = isinstance(answer, str) and answer.strip() == PROFILE_ENV_VAR
     hint = "section 1 names it; the name is written in capitals, as environment variables are"
-    return report("00.1 profile variable", correct, hint, answer)
+    return report_name("00.1 profile variable", answer, {PROFILE_ENV_VAR}, hint)
 
 
 def check_00_completions_per_step(answer: Any) -> bool:

@@ -34,6 +34,7 @@ from course_utils.exercises.comparison import (
     not_a_function,
     real_row_indices,
     report,
+    report_name,
     report_number,
     short_repr,
 )
@@ -321,11 +322,11 @@ def check_03_classic_comma(answer: Any) -> bool:
 
 def check_03_dotall_flag(answer: Any) -> bool:
     """03.7: which flag of Python's ``re`` module lets ``.`` match a newline? (a name, or the flag itself)"""
+    hint = "look for the flag named after the dot in the re module's docs"
     if isinstance(answer, re.RegexFlag):
-        right = answer == re.DOTALL
-    else:
-        right = isinstance(answer, str) and answer.strip().strip("`'\"").removeprefix("re.") in {"DOTALL", "S"}
-    return report(DOTALL_FLAG, right, "look for the flag named after the dot in the re module's docs", answer)
+        return report(DOTALL_FLAG, answer == re.DOTALL, hint, answer)
+    name = answer.strip().strip("`'\"").removeprefix("re.") if isinstance(answer, str) else answer
+    return report_name(DOTALL_FLAG, name, {"DOTALL", "S"}, hint)
 
 
 def repetition_penalty_reference(completions: Any, **kwargs: Any) -> list[float]:

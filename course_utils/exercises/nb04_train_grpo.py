@@ -709,9 +709,8 @@ def check_04_monitoring_rule(answer: Any, log_history: Any) -> bool:
     except (TypeError, ValueError) as exc:
         print(f"⚠️ 04.7: could not read the log history ({exc}); pass the one the notebook built.")
         return False
-    text = answer.strip() if isinstance(answer, str) else ""
-    hint = "run monitor(log_history) and read the rule names, or look at the last columns of the frame"
-    return report("04.7 monitoring rule", text in fired, hint, answer)
+    hint = "run monitor(log_history) and read the rule names, or section 9's table"
+    return report_name("04.7 monitoring rule", answer, fired, hint)
 
 
 def generation_batch_cases() -> list[Case]:
