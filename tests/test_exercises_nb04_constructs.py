@@ -310,6 +310,15 @@ def test_04_2_the_top_layers_of_a_30_layer_model(layers, named):
     assert problems == [] if named is None else named in problems[0], problems
 
 
+def test_04_2_a_lora_config_peft_refuses_shows_peft_s_message(lora_profile, tiny_model, capsys, monkeypatch):
+    """peft refuses layers_to_transform with a pattern for target_modules: the answer stays None."""
+    _raised(lambda: LoraConfig(r=8, target_modules="all-linear", layers_to_transform=[1]), monkeypatch)
+    handed = nb04.check_lora_config(None, lora_profile, tiny_model)
+    out = verdict(capsys)
+    assert out.startswith("❌ 04.2 LoraConfig: your call raised an error in the library"), out
+    assert "layers_to_transform" in out and "(raised in peft/" in out and isinstance(handed, LoraConfig)
+
+
 def test_04_2_no_lora_is_right_only_where_the_profile_trains_every_weight(lora_profile, tiny_model, capsys):
     full = lora_profile.override(use_lora=False)
     assert nb04.check_lora_config(None, full, tiny_model) is None
