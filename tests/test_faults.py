@@ -191,12 +191,13 @@ def test_the_script_names_an_outputs_folder_that_is_a_file(script, monkeypatch, 
         script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run")])
 
 
-def test_a_mistyped_cpu_speedups_switch_stops_overwrite_before_it_deletes(script, monkeypatch, tmp_path):
+@pytest.mark.parametrize("flag", ["--overwrite", "--resume"])
+def test_a_mistyped_cpu_speedups_switch_stops_the_run_before_it_touches_the_folder(script, monkeypatch, tmp_path, flag):
     before = earlier_run(tmp_path / "run")
     monkeypatch.setenv("COURSE_CPU_SPEEDUPS", "ture")
     no_warm_start = ["--set", "warm_start_examples=0"]  # else the warm start's training would read the switch first
     with pytest.raises(SystemExit, match=r"COURSE_CPU_SPEEDUPS='ture' is not a switch"):
-        script.main(["--profile", "ci", *no_warm_start, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+        script.main(["--profile", "ci", *no_warm_start, "--output-dir", str(tmp_path / "run"), flag])
     assert snapshot(tmp_path / "run") == before
 
 
