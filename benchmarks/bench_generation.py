@@ -10,7 +10,11 @@ Prints `name: value` lines:
   ``model.generate`` on the fp32 model without adapters (transformers' default cache);
 - ``generate_linear_kernels``: which packed kernel this machine measured fastest for each weight shape;
 - ``generate_speedup_vs_hf_default``: how many times faster the lab generates, the median over pairs of runs
-  taken in turns in the same process (target: at least 2).
+  taken in turns in the same process (target: at least 2);
+- ``machine_read_bandwidth_gb_s_<n>_threads`` and ``machine_matmul_gflop_s_<dtype>_<n>_threads``: this machine's
+  memory and arithmetic rates, one thread and every core (``course_utils.core.machine_limits``);
+- ``generate_limit_tokens_per_second`` (and ``generate_limit_bound``, memory or arithmetic): the fastest decoding
+  those rates allow for the lab's model and group; ``generate_fraction_of_limit``: the lab's measured speed over it.
 
 Every row makes exactly ``max_completion_length`` tokens because generation does not stop at the end-of-sequence
 token (``eos_token_id=None``). ``min_new_tokens`` would do it too, but adds two logits processors that scan the
@@ -32,6 +36,7 @@ from peft import get_peft_model
 
 from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision
+from course_utils.core.machine_limits import decode_limit, measure_limits
 from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed.adapters import adapters_beside_the_base
 from course_utils.cpu_speed.lean_decoder import lean_layers
@@ -115,6 +120,23 @@ def main() -> None:
     print(f"generate_tokens_per_second: {tokens / statistics.median(lab_seconds):.1f}")
     print(f"generate_hf_default_tokens_per_second: {tokens / statistics.median(plain_seconds):.1f}")
     print(f"generate_speedup_vs_hf_default: {speedup:.2f}")
+    print_limit(lab_model, len(inputs["input_ids"]), tokens / statistics.median(lab_seconds))
+
+
+def print_limit(model: Any, batch: int, measured_tokens_per_second: float) -> None:
+    """This machine's rates, the decoding ceiling they set for ``model`` at ``batch`` rows, and the measured share."""
+    dtype = cpu_precision().dtype
+    limits = measure_limits(dtype)
+    for threads in sorted(limits.bandwidth_gb_s):
+        print(f"machine_read_bandwidth_gb_s_{threads}_threads: {limits.bandwidth_gb_s[threads]:.1f}")
+        print(f"machine_matmul_gflop_s_{dtype}_{threads}_threads: {limits.matmul_gflop_s[threads]:.1f}")
+    parameters = sum(p.numel() for p in model.parameters())
+    every_core = limits.threads
+    limit = decode_limit(parameters, dtype, batch, limits.bandwidth_gb_s[every_core], limits.matmul_gflop_s[every_core])
+    bound = "memory" if limit["memory_seconds_per_step"] >= limit["arithmetic_seconds_per_step"] else "arithmetic"
+    print(f"generate_limit_tokens_per_second: {limit['tokens_per_second']:.1f}")
+    print(f"generate_limit_bound: {bound} ({parameters:,} parameters in {dtype}, {batch} rows, {every_core} threads)")
+    print(f"generate_fraction_of_limit: {measured_tokens_per_second / limit['tokens_per_second']:.2f}")
 
 
 if __name__ == "__main__":
