@@ -308,7 +308,7 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         if profile.warm_start_examples:
             # One process caches the primed model for --resume; several would write the same files at once
             cache = warm_start_model_dir(run_dir) if state.num_processes == 1 else False
-            model = warm_start(model, tokenizer, profile, cache=cache)
+            model = warm_start(model, tokenizer, profile, cache=cache, speedups=cpu_speed)  # CPU: faster, same steps
         trainer = build_trainer(model, tokenizer, profile, config=config, callbacks=[interrupt] if interrupt else [])
     if state.is_main_process and args.overwrite:
         earlier = run_folder.earlier_entries(run_dir)

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -544,7 +543,6 @@ def tiny_warm_start(monkeypatch, tmp_path):
 
     trained: list[int] = []
     monkeypatch.setattr(warm, "SFTTrainer", fake_sft_trainer(trained))
-    monkeypatch.setattr(warm.cpu_speed, "enabled", lambda *args, **kwargs: nullcontext())
     monkeypatch.setattr(warm, "make_sft_config", lambda profile: None)
     monkeypatch.setattr(warm, "warm_start_lora_config", lambda profile, model: None)
     folder = tmp_path / "warm_start" / "model"
