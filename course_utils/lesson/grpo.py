@@ -12,6 +12,9 @@ inputs we choose, so notebook 01 and ``tests/test_grpo.py`` compare against TRL,
 - the loss: ``GRPOTrainer._compute_loss`` (token-level importance sampling, loss types ``grpo``,
   ``bnpo``, ``dr_grpo`` and the default ``dapo``), one process, no gradient accumulation
   (``trl_loss_case`` and ``trl_policy_loss``).
+
+Those methods are TRL's private ones: they are called through ``core.trl_internals``, whose version gate turns a
+TRL rename into "this course was tested with TRL 1.16; TRL a.b changed <name>", not an error in the learner's code.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from transformers import AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
+from course_utils.core import trl_internals
 from course_utils.lesson.models import build_tiny_random_model, materialize_offline_model
 
 SCALES = ("group", "batch", "none")
@@ -354,8 +358,8 @@ def _trl_scored(rewards: Sequence[float] | torch.Tensor, num_generations: int, s
     trainer.model.train()
     inputs = [{"prompt": f"prompt {i // num_generations}:"} for i in range(values.numel())]
     with _quiet():
-        output = trainer._generate_and_score_completions(inputs)
-    return output, trainer._metrics["train"]
+        output = trl_internals.generate_and_score(trainer, inputs)
+    return output, trl_internals.logged_metrics(trainer)
 
 
 def trl_group_advantages(
@@ -409,8 +413,8 @@ def trl_loss_case(
     prompt_mask = torch.ones(batch, 3, dtype=torch.long)
     mask = (torch.arange(width) < torch.tensor(lengths).unsqueeze(1)).long()
     with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, mask], 1), width
+        logps = trl_internals.per_token_logps(
+            trainer, torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, mask], 1), width
         )
     old = logps + drift * torch.randn(batch, width, generator=g)
     ref = logps + drift * torch.randn(batch, width, generator=g)
@@ -433,7 +437,7 @@ def trl_policy_loss(trainer: Any, case: LossCase) -> torch.Tensor:
     """The loss the installed TRL computes for ``case`` (``GRPOTrainer._compute_loss``, one micro-batch)."""
     trainer.model.train()
     with torch.no_grad(), _quiet():
-        return trainer._compute_loss(trainer.model, case.inputs)
+        return trl_internals.compute_loss(trainer, case.inputs)
 
 
 def _message_text(completion: Any) -> str:
@@ -463,10 +467,18 @@ def trl_reward_values(
     trainer.reward_func_names = [getattr(reward_func, "__name__", "reward_func")]
     try:
         with _quiet():
-            rewards = trainer._calculate_rewards(inputs, list(prompts), list(completions), completion_ids)
+            rewards = trl_internals.calculate_rewards(trainer, inputs, list(prompts), list(completions), completion_ids)
     finally:
         trainer.reward_funcs, trainer.reward_func_names = own
     return rewards[:, 0].tolist()
+
+
+@functools.cache
+def trl_reward_extras() -> dict[str, Any]:
+    """The keyword arguments the installed TRL passes a reward besides prompts, completions, their ids and the
+    dataset's columns (``trainer_state``, ``log_extra``, ``log_metric`` in TRL 1.16), read once from TRL's own
+    reward code: a check that calls a reward with them calls it as ``GRPOTrainer`` does."""
+    return trl_internals.reward_extras(trl_trainer(4))
 
 
 __all__ = [
@@ -485,6 +497,7 @@ __all__ = [
     "trl_group_advantages",
     "trl_loss_case",
     "trl_policy_loss",
+    "trl_reward_extras",
     "trl_reward_values",
     "trl_trainer",
 ]
