@@ -40,20 +40,20 @@ SEQUENCE_MEAN_LOSS = "01.5 per-completion mean loss (grpo)"
 
 # Hints point the way in words; the notebook shows the same ones, collapsed.
 ADVANTAGES_HINT = (
-    "give each group its own row (reshape to num_generations columns), take the mean and the std along each "
-    "row keeping that dimension, add the small constant to the std before dividing, and flatten at the end; "
-    "torch's std is the sample std by default, as TRL's"
+    "each group needs its own mean and its own spread, so arrange the rewards so that torch can reduce one group "
+    "at a time; mind which std TRL uses (section 1) and where the small constant goes; hand back one flat float "
+    "tensor in the rewards' order"
 )
 POLICY_LOSS_HINT = (
-    "the ratio is the exponential of the log-prob difference; compare it times the advantage with its clamped "
-    "copy times the advantage and keep the smaller, per token (the advantage needs a token dimension); negate, "
-    "keep only real tokens (the mask), and divide the batch's total by its number of real tokens"
+    "build the docstring's formula one piece at a time and compare each with section 4; a completion's "
+    "advantage applies to each of its tokens (mind the shapes); padding counts nowhere, neither in the sum nor "
+    "in what you divide by; keep the result a tensor, training calls .backward() on it"
 )
-FIRST_ADVANTAGE_HINT = "section 2's formula, by hand or with the function you wrote: mind which std torch and TRL use"
+FIRST_ADVANTAGE_HINT = "section 1's formula, by hand or with the function you wrote: mind which std TRL uses"
 ZERO_STD_HINT = "frac_reward_zero_std counts how much of the batch sits in a group whose rewards are all equal"
 SEQUENCE_MEAN_HINT = (
-    "the same per-token loss as your policy_loss; reduce it per completion first (its real tokens only, "
-    "divided by its own number of real tokens), then average the completions"
+    "the same per-token loss as your policy_loss; section 8 says in which order loss_type='grpo' averages, "
+    "and each completion counts only its own real tokens"
 )
 
 

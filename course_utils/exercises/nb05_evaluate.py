@@ -212,8 +212,8 @@ def check_05_pass_at_k(learner: Any) -> Callable[[int, int, int], float]:
     exercise = "05.2 pass@k"
     hint = (
         "1 minus the chance that k samples drawn from the n (without putting back) are all among the n - c wrong ones; "
-        "that ratio of two binomial coefficients is a product of c factors, each 1 - k/i, so large n needs no "
-        "factorial; 1.0 when fewer than k are wrong; ValueError when k or c is outside what n allows"
+        "write that ratio of two binomial coefficients so that no huge number is ever formed (most factors "
+        "cancel); mind the case where fewer than k are wrong, and refuse what n does not allow"
     )
     passed = check_against_reference(exercise, learner, pass_at_k, pass_at_k_cases(), hint=hint)
     return hand_back(exercise, passed, learner, pass_at_k, "evaluation.stats.pass_at_k")
