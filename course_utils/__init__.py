@@ -19,7 +19,8 @@
     TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
     report).
 ``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
-    ``run`` (config, LoRA, training prompts, trainer, saving), ``warm_start`` (the supervised start before GRPO),
+    ``run`` (config, LoRA, training prompts, trainer, saving), ``run_folder`` (the folders the course marks and
+    alone clears, complete checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start

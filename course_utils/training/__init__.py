@@ -1,5 +1,5 @@
 """A ``GRPOTrainer`` run from a profile, and what is checked before and during it. Imports core and lesson.
 
-Modules: ``run``, ``warm_start``, ``monitoring``, ``preflight``, ``model_shape``, ``memory``,
+Modules: ``run``, ``run_folder``, ``warm_start``, ``monitoring``, ``preflight``, ``model_shape``, ``memory``,
 ``memory_measurement``, ``problem_choice``, ``lab``.
 """
