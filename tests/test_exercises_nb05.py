@@ -10,8 +10,10 @@ estimator, whose reference is checked against brute force over every subset.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
+from pathlib import Path
 from statistics import NormalDist
 
 import pytest
@@ -382,3 +384,19 @@ def test_05_2_wrong_estimators_fail_naming_a_case(wrong, capsys):
 def test_05_2_the_package_s_own_estimator_is_refused(capsys):
     assert nb05.check_05_pass_at_k(pass_at_k) is pass_at_k
     assert "that is the package's own" in capsys.readouterr().out
+
+
+# --- the order of the exercises -------------------------------------------------------------------------------------
+
+EXERCISE_STATEMENT = r"\(exercise (\d\d\.\d+)\)|\*\*Exercise (\d\d\.\d+)|^\*\*(\d\d\.\d+)\*\*"
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].glob("solutions/*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_every_notebook_states_its_exercises_in_order(path):
+    """A learner reads 05.2 before 05.3: the numbers follow the notebook's own order."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    text = "\n".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown")
+    numbers = [next(g for g in m.groups() if g) for m in re.finditer(EXERCISE_STATEMENT, text, re.M)]
+    order = [tuple(int(part) for part in n.split(".")) for n in numbers]
+    assert order == sorted(order) and len(set(order)) == len(order), numbers

@@ -10,7 +10,7 @@ import pytest
 from notebook_code import exercise
 
 from course_utils.exercises import nb06_troubleshooting as nb06
-from course_utils.training.memory import OOM_FIXES
+from course_utils.training.memory import OOM_BASE, OOM_FIXES, memory_table, what_if_table
 from course_utils.training.monitoring import flat_reward_cause as package_cause
 
 # --- 06.1 and 06.3: values -------------------------------------------------------------------------------------
@@ -140,3 +140,11 @@ def test_06_2_the_check_takes_real_histories_too():
     history = [{"step": 1, "reward": 0.0, "completions/clipped_ratio": 1.0}]
     cases = nb06.flat_reward_cases(history)
     assert cases[-1].label == "real run 1" and cases[-1].args == (history,)
+
+
+def test_06_the_what_if_colab_t4_row_is_the_profile_s_run():
+    """All fixes at once is the colab-t4 profile: its sizes (512 completion tokens), the memory table's figure."""
+    row = what_if_table(OOM_BASE, OOM_FIXES).loc["all: colab-t4 profile"]
+    profile_row = memory_table().iloc[0]
+    assert profile_row["setup"].startswith("colab-t4 profile") and row["total_gb"] == profile_row["total_gb"]
+    assert OOM_FIXES["all: colab-t4 profile"]["max_completion_length"] == 512
