@@ -44,7 +44,8 @@ from course_utils.lesson.formatting import (
     format_row,
     swapped_roles_prompt,
 )
-from course_utils.lesson.models import ModelUnavailableError, continuation_probability, materialize_offline_model
+from course_utils.lesson.generation import continuation_probability
+from course_utils.lesson.models import ModelUnavailableError, materialize_offline_model
 from course_utils.lesson.plotting import plot_token_lengths
 from course_utils.lesson.token_lengths import (
     prompt_token_lengths,

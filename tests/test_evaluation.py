@@ -530,7 +530,7 @@ def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
 
 
 def test_the_decode_timer_splits_prefill_from_decoding(offline_model_and_tokenizer):
-    from course_utils.lesson.models import DecodeTimer, greedy_generate
+    from course_utils.lesson.generation import DecodeTimer, greedy_generate
 
     model, tokenizer = offline_model_and_tokenizer
     timer = DecodeTimer()

@@ -12,10 +12,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from course_utils.lesson import models
+from course_utils.lesson.generation import Generation, greedy_generate
 from course_utils.lesson.models import (
-    Generation,
     ModelUnavailableError,
-    greedy_generate,
     load_model_and_tokenizer,
     materialize_offline_model,
     materialized_model_dir,

@@ -11,7 +11,7 @@ import pytest
 from course_utils.evaluation import sampling
 from course_utils.evaluation.stats import bootstrap_interval, pass_at_k
 from course_utils.lesson.data import load_gsm8k
-from course_utils.lesson.models import sample_generate
+from course_utils.lesson.generation import sample_generate
 
 
 def _pass_at_k_by_counting(n: int, c: int, k: int) -> float:

@@ -20,7 +20,7 @@ from course_utils.core.profiles import get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.metrics import score_completions
 from course_utils.lesson.data import load_gsm8k, load_splits, train_val_split
-from course_utils.lesson.models import DecodeTimer, Generation, greedy_generate
+from course_utils.lesson.generation import DecodeTimer, Generation, greedy_generate
 from course_utils.lesson.token_lengths import prompt_token_lengths
 from course_utils.training.run import load_trained_model
 
@@ -80,7 +80,7 @@ def evaluate_model(
     ``speedups=cpu_speed``: the same tokens, faster on a CPU); the order of ``records`` is the dataset's. A
     generation that reaches ``max_new_tokens`` without an end-of-sequence token counts as truncated. Returns
     ``score_completions``'s dict, timed over the whole loop (tokenizing, generating, decoding), plus ``batch_size``,
-    ``max_new_tokens``, and the two phases of generation apart (``lesson.models.DecodeTimer``): ``prefill_seconds``
+    ``max_new_tokens``, and the two phases of generation apart (``lesson.generation.DecodeTimer``): ``prefill_seconds``
     (reading the prompts), ``decode_seconds`` and ``decode_tokens_per_second`` (writing the answers).
     """
     _check_generation_args(batch_size, max_new_tokens)

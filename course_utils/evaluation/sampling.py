@@ -2,7 +2,7 @@
 
 Greedy accuracy says what the model answers on its single most likely path. GRPO learns from *samples*: a
 group of completions per prompt, drawn as in training. So the same measures are taken here from samples drawn
-the way ``GRPOTrainer`` draws them (``lesson.models.sample_generate``: each prompt repeated ``samples`` times in
+the way ``GRPOTrainer`` draws them (``lesson.generation.sample_generate``: each prompt repeated ``samples`` times in
 a row, TRL's default temperature and top-p, through the plug-in the caller hands over as training does):
 
 - **pass@1**: the share of samples that are right, averaged over problems;
@@ -24,7 +24,7 @@ from typing import Any
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import rows_to_evaluate
 from course_utils.evaluation.stats import bootstrap_interval, pass_at_k
-from course_utils.lesson.models import sample_generate
+from course_utils.lesson.generation import sample_generate
 from course_utils.lesson.rewards import answers_match, extract_xml_answer, plain_number
 
 
