@@ -14,7 +14,8 @@ What it finds (``Finding.code``):
 - ``completion-too-short``: ``max_completion_length`` below the 90th percentile of the reference solutions'
   token lengths (needs ``dataset`` and a tokenizer), so most answers would be cut off before the answer tag;
 - ``kl-not-logged``: ``beta`` is 0, so TRL builds no reference model and logs no ``kl``;
-- ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.training.memory`` against the hardware;
+- ``memory-too-high`` / ``memory-tight``: the estimate of ``course_utils.training.memory`` against the hardware
+  (``preflight_memory``);
 - ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed;
 - ``unknown-loss-type`` / ``unknown-importance-sampling-level``: a value the installed TRL does not know (the
   valid loss types are read from TRL, ``trl_choices``);
@@ -41,8 +42,8 @@ from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import switched_on
 from course_utils.lesson.token_lengths import reference_length_percentile
-from course_utils.training.memory import MemoryEstimate, estimate_memory
-from course_utils.training.model_shape import QWEN25_05B, ModelSpec, spec_from_config
+from course_utils.training.memory import MemoryEstimate
+from course_utils.training.preflight_memory import estimate_for_config, looks_like_tokenizer, memory_findings
 from course_utils.training.run import (
     GenerationBatchError,
     build_trainer,
@@ -53,7 +54,6 @@ from course_utils.training.run import (
 )
 
 COMPLETION_PERCENTILE = 90
-MEMORY_TIGHT_FRACTION = 0.9
 
 
 class PreflightError(RuntimeError):
@@ -296,10 +296,6 @@ def _check_loss_variant(values: dict[str, Any], num_processes: int, built: bool)
     return findings
 
 
-def _looks_like_tokenizer(obj: Any) -> bool:
-    return hasattr(obj, "convert_tokens_to_ids")
-
-
 def _check_completion_length(values: dict[str, Any], dataset: Any, tokenizer: Any) -> list[Finding]:
     if dataset is None:
         return []
@@ -332,41 +328,6 @@ def _check_completion_length(values: dict[str, Any], dataset: Any, tokenizer: An
     ]
 
 
-def _model_settings(model: Any, values: dict[str, Any], hardware: Hardware) -> dict[str, Any] | None:
-    """Spec, dtype, LoRA and 4-bit for the estimator, from a model object, a ModelSpec or a model name."""
-    half = "bfloat16" if values["bf16"] else "float16"
-    dtype = "float32" if hardware.device == "cpu" or not (values["bf16"] or values.get("fp16")) else half
-    if isinstance(model, ModelSpec):
-        return {"spec": model, "dtype": dtype, "use_lora": False, "load_in_4bit": False}
-    if isinstance(model, str):
-        if "Qwen2.5-0.5B" in model:
-            return {"spec": QWEN25_05B, "dtype": dtype, "use_lora": False, "load_in_4bit": False}
-        return None
-    config = getattr(model, "config", None)
-    if config is None or _looks_like_tokenizer(model):
-        return None
-    parameter = next(model.parameters(), None)
-    dtype_name = str(getattr(parameter, "dtype", "torch.float32")).replace("torch.", "")
-    is_4bit = bool(getattr(model, "is_loaded_in_4bit", False))
-    settings = {
-        "spec": spec_from_config(config),
-        "dtype": dtype_name if dtype_name in ("float32", "float16", "bfloat16") else dtype,
-        "use_lora": hasattr(model, "peft_config"),
-        "load_in_4bit": is_4bit,
-    }
-    if settings["use_lora"]:
-        adapter = next(iter(model.peft_config.values()))
-        targets = adapter.target_modules  # a set of names, or a regex string
-        known = settings["spec"].module_shapes()
-        settings["lora_r"] = adapter.r
-        settings["lora_target_modules"] = tuple(name for name in known if name in targets)
-        layers = adapter.layers_to_transform
-        if layers is not None:  # the backward pass runs down to the lowest adapted layer
-            lowest = min(layers) if isinstance(layers, list) else int(layers)
-            settings["lora_top_layers"] = settings["spec"].num_layers - lowest
-    return settings
-
-
 VLLM_INSTALL = 'pip install ".[vllm]"  (in the course folder; GPU machines only)'
 
 
@@ -397,37 +358,14 @@ def _check_vllm(values: dict[str, Any], profile: Profile | None, hardware: Hardw
     return []
 
 
-def _vllm_reservation(values: dict[str, Any], hardware: Hardware) -> float:
-    """GB a colocated vLLM takes on this GPU: ``vllm_gpu_memory_utilization`` of its memory."""
-    if not values.get("use_vllm") or values.get("vllm_mode", "colocate") != "colocate" or hardware.device != "cuda":
-        return 0.0
-    return float(values.get("vllm_gpu_memory_utilization") or 0.0) * hardware.total_memory_gb
-
-
 def _estimate(
     values: dict[str, Any], model: Any, hardware: Hardware, prompt_tokens: int | None, built: bool, speedups: bool
 ) -> MemoryEstimate | None:
     """``estimate_memory`` for the config's values and the model; None when the model or the batch is unknown."""
-    settings = _model_settings(model, values, hardware) if model is not None else None
-    if settings is None:
-        return None
     _, steps, problem = generation_batch(values, hardware.num_processes, built=built)
-    if problem or values["num_generations"] is None:
+    if model is None or problem or values["num_generations"] is None:
         return None
-    optim = str(values.get("optim", "adamw_torch"))
-    return estimate_memory(
-        **settings,
-        optimizer="adamw_8bit" if "8bit" in optim else "adamw",
-        per_device_train_batch_size=values["per_device_train_batch_size"],
-        steps_per_generation=steps,
-        max_completion_length=values.get("max_completion_length") or 256,
-        **({"prompt_tokens": prompt_tokens} if prompt_tokens else {}),
-        gradient_checkpointing=bool(values.get("gradient_checkpointing")),
-        beta=values.get("beta", 0.0),
-        device=hardware.device,
-        vllm_reserved_gb=_vllm_reservation(values, hardware),
-        cpu_speedups=speedups,
-    )
+    return estimate_for_config(values, model, hardware, prompt_tokens, steps, speedups)
 
 
 def memory_estimate(
@@ -461,38 +399,7 @@ def _check_memory(
     estimate = _estimate(values, model, hardware, prompt_tokens, built, speedups)
     if estimate is None:
         return []
-    need, have = estimate.total_gb, hardware.available_memory_gb
-    parts = (
-        f"weights {estimate.weights_gb:.2f}, gradients {estimate.gradients_gb:.2f}, optimizer "
-        f"{estimate.optimizer_gb:.2f}, activations {estimate.activations_gb:.2f}, log-softmax workspace "
-        f"{estimate.logprob_gb:.2f}" + (f", vLLM {estimate.vllm_gb:.2f}" if estimate.vllm_gb else "") + " GB"
-    )
-    fix = (
-        "Lower per_device_train_batch_size and raise gradient_accumulation_steps (same completions per step), "
-        "turn on gradient_checkpointing, train LoRA adapters (use_lora), load in 4-bit, use bf16/fp16 on a GPU, "
-        "or shorten max_completion_length."
-    )
-    if need > have:
-        return [
-            Finding(
-                "error",
-                "memory-too-high",
-                f"Estimated peak memory {need:.1f} GB > {have:.1f} GB available on the {hardware.label} "
-                f"({parts}): expect an out-of-memory error.",
-                fix,
-            )
-        ]
-    if need > MEMORY_TIGHT_FRACTION * have:
-        return [
-            Finding(
-                "warning",
-                "memory-tight",
-                f"Estimated peak memory {need:.1f} GB is over {MEMORY_TIGHT_FRACTION:.0%} of the {have:.1f} GB "
-                f"available on the {hardware.label} ({parts}).",
-                fix,
-            )
-        ]
-    return []
+    return memory_findings(estimate, hardware)
 
 
 # The fields a dict config is read for, by type: a quoted number fails here, not deep in a comparison
@@ -536,7 +443,7 @@ def check(
     if not built:
         check_value_types(values, CONFIG_FIELD_TYPES, where="preflight.check config")
     machine = as_hardware(hardware)
-    if tokenizer is None and model is not None and _looks_like_tokenizer(model):
+    if tokenizer is None and model is not None and looks_like_tokenizer(model):
         tokenizer, model = model, None
     findings = [
         *_check_groups(values, machine.num_processes, built),
