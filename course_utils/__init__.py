@@ -15,7 +15,8 @@
     (prompts and solutions in tokens), ``models`` (loading the model, the offline one prepared from its GGUF file),
     ``generation`` (greedy and sampled replies, timed), ``local_model`` (a GPU profile's model read from a folder,
     ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's architecture at toy sizes with its chat template,
-    the stand-in the rehearsal and ``make gpu-check`` load), ``rewards`` (a package: ``corrected``,
+    the stand-in the rehearsal and ``make gpu-check`` load), ``tool_use`` (the calculator tool, GSM8K's notes as tool
+    calls), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
     TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
     report).
@@ -26,9 +27,9 @@
     ``preflight_memory`` (its memory check: the estimate from a config and a model, against the machine),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
-    solves sometimes, listed), ``lab`` (the whole lab in one call).
+    solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
-    ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k), ``metrics`` (completions scored
+    ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics`` (completions scored
     against gold answers), ``tables`` (models compared on the same problems), ``heldout`` (greedy generation on
     held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1, pass@k, maj@k), ``curves``
     (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants side by side, a reward hack

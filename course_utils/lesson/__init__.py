@@ -1,5 +1,5 @@
 """What a learner builds in notebooks 01 to 03: data, model loading, rewards, GRPO by hand. Imports core.
 
 Modules: ``data``, ``formatting``, ``data_checks``, ``token_lengths``, ``models``, ``generation``, ``local_model``,
-``tiny_qwen``, ``rewards`` (a package), ``grpo``, ``plotting``, ``widgets``, ``environment``.
+``tiny_qwen``, ``tool_use``, ``rewards`` (a package), ``grpo``, ``plotting``, ``widgets``, ``environment``.
 """

@@ -1,0 +1,148 @@
+"""lesson.tool_use: the calculator tool on hostile input, GSM8K's notes as tool calls on every training row, and a
+GRPOTrainer step with ``tools=[calculator]`` on the tiny Qwen2 (Qwen2.5's own template supports tools)."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from course_utils.core.answer_format import extract_xml_answer
+from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.tiny_qwen import save_tiny_qwen
+from course_utils.lesson.tool_use import (
+    MAX_EXPRESSION_CHARS,
+    CalculatorError,
+    calculator,
+    note_result,
+    tool_call_trace,
+)
+
+
+@pytest.mark.parametrize(
+    "expression, result",
+    [("48/2", "24"), ("48 + 24", "72"), ("(3 + 4) * 2.5", "17.5"), ("0.1 + 0.2", "0.3"), ("7/3", "2.333333"),
+     ("2**10", "1024"), ("-5 - 3", "-8"), ("2**-2", "0.25"), ("1e3/4", "250"), ("10/4*2", "5"), ("+7", "7")],
+)  # fmt: skip
+def test_the_calculator_computes_arithmetic_exactly(expression, result):
+    assert calculator(expression) == result
+
+
+@pytest.mark.parametrize(
+    "hostile, message",
+    [
+        ('__import__("os").system("ls")', "not Call"),
+        ("open('/etc/passwd').read()", "not Call"),
+        ("x + 1", "not Name"),
+        ("(1).__class__", "not Attribute"),
+        ("[1, 2]", "not List"),
+        ("'1' + '2'", "not Constant"),
+        ("lambda: 1", "not Lambda"),
+        ("1 if 2 else 3", "not IfExp"),
+        ("3 % 2", "not BinOp"),
+        ("7 // 2", "not BinOp"),
+        ("1 < 2", "not Compare"),
+        ("True + 1", "not Constant"),
+        ("9**9**9", "too large"),
+        ("10**20", "too large"),
+        ("2**100000", "exponent too large"),
+        ("2**0.5", "whole numbers"),
+        ("0**-1", "division by zero"),
+        ("1/0", "division by zero"),
+        ("1/(2-2)", "division by zero"),
+        ("1e308*10", "too large"),
+        ("1,000 + 1", "thousands commas"),
+        ("1 +", "not arithmetic"),
+        ("", "not arithmetic"),
+        ("9" * (MAX_EXPRESSION_CHARS + 1), "too long"),
+        ("1" + "+1" * 200, "too long"),
+    ],
+)
+def test_the_calculator_refuses_hostile_input_with_a_message_the_model_reads(hostile, message):
+    with pytest.raises(CalculatorError, match=message):
+        calculator(hostile)
+
+
+@pytest.mark.parametrize("not_text", [None, 12, b"1+1", ["1+1"]])
+def test_an_expression_that_is_not_text_is_refused(not_text):
+    with pytest.raises(CalculatorError, match="must be text"):
+        calculator(not_text)
+
+
+def test_a_note_whose_result_differs_is_refused_by_name():
+    assert note_result("48/2", "24") == "24" and note_result("1000*2", "2,000") == "2000"
+    with pytest.raises(CalculatorError, match="the calculator gives 24, the note says 25"):
+        note_result("48/2", "25")
+    with pytest.raises(CalculatorError, match="not a number"):
+        note_result("48/2", "24 clips")
+
+
+def test_a_solution_becomes_calls_and_the_xml_answer():
+    trace = tool_call_trace("Natalia sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72.\n#### 72", "72")
+    roles = [m["role"] for m in trace.messages]
+    assert roles == ["assistant", "tool", "assistant", "tool", "assistant"] and trace.calls == 2
+    assert trace.messages[0]["content"] == "<reasoning>\nNatalia sold 48/2 = "
+    assert trace.messages[0]["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "48/2"}}
+    assert trace.messages[1] == {"role": "tool", "name": "calculator", "content": "24"}
+    assert trace.messages[-1]["content"].endswith("72.\n</reasoning>\n<answer>\n72\n</answer>")
+    assert extract_xml_answer(trace.messages[-1]["content"]) == "72" and trace.unparsed == []
+
+
+def test_a_note_that_does_not_parse_stays_as_text_and_is_named():
+    trace = tool_call_trace("Each costs $2 so 3*$2 = <<3*$2=6>>6 dollars.\n#### 6", "6")
+    assert trace.calls == 0 and len(trace.messages) == 1
+    assert trace.unparsed == ["<<3*$2=6>>: not arithmetic: '3*$2' (invalid syntax)"]
+    assert "3*$2=6" in trace.messages[0]["content"] and "<<" not in trace.messages[0]["content"]
+
+
+@pytest.mark.parametrize("bad", [(None, "6"), ("#### 6", 6)])
+def test_a_trace_needs_text(bad):
+    with pytest.raises(TypeError, match="must be text"):
+        tool_call_trace(*bad)
+
+
+def test_every_training_row_converts_and_the_notes_that_do_not_parse_are_few_and_named():
+    rows = load_gsm8k("train", formatted=True, verbose=False)
+    traces = [tool_call_trace(r["reasoning"], r["answer"]) for r in rows]
+    calls = sum(t.calls for t in traces)
+    unparsed = [note for t in traces for note in t.unparsed]
+    assert calls > 10 * len(unparsed)  # the notes are arithmetic, nearly all reproduced by the calculator
+    assert all(": " in note and note.startswith("<<") for note in unparsed)
+    assert all(extract_xml_answer(t.messages[-1]["content"]) == r["answer"] for t, r in zip(traces, rows, strict=True))
+    print(f"{calls} calls, {len(unparsed)} notes left as text, in {len(rows)} rows")
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    return save_tiny_qwen(tmp_path_factory.mktemp("tiny") / "qwen")
+
+
+def test_qwen25s_template_renders_the_calls_and_the_tools_answers(tiny_qwen):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    trace = tool_call_trace("Half of 48 is 48/2 = <<48/2=24>>24.\n#### 24", "24")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, *trace.messages], tools=[calculator],
+                                         tokenize=False)  # fmt: skip
+    assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48/2"}}\n</tool_call>' in text
+    assert "<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>" in text
+    assert '"description": "Compute an arithmetic expression exactly' in text.split("\n</tools>")[0]  # its docstring
+
+
+def test_grpo_trains_a_step_with_the_calculator_as_a_tool(tiny_qwen, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from course_utils.lesson.rewards import REWARD_FUNCS
+
+    rows = load_gsm8k("train", formatted=True, limit=2, verbose=False)
+    config = GRPOConfig(
+        output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, max_completion_length=16,
+        max_steps=1, max_tool_calling_iterations=2, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+        bf16=False, learning_rate=1e-4, seed=0, activation_checkpointing=False,
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    trainer = GRPOTrainer(model=model, reward_funcs=list(REWARD_FUNCS), args=config, train_dataset=rows,
+                          processing_class=tokenizer, tools=[calculator])  # fmt: skip
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert trainer.state.global_step == 1
+    assert 0.0 <= logged["tools/call_frequency"] <= 1.0 and 0.0 <= logged["tools/failure_frequency"] <= 1.0
