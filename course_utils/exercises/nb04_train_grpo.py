@@ -76,7 +76,7 @@ REFERENCE_ROWS = 200  # GSM8K train rows whose reference answers size max_comple
 # Where the library code a construct runs lives: an error raised there by the learner's call is the learner's mistake.
 TRL_CONFIG = ("trl/trainer/grpo_config", "trl/trainer/sft_config", "transformers/training_args")
 PEFT = ("peft/",)
-TRL_TRAINER = ("trl/", "peft/", "transformers/", "accelerate/")
+TRL_TRAINER = ("trl/trainer/", "peft/", "transformers/trainer")
 
 
 def judge(exercise: str, answer: Any, problems: Sequence[str], hint: str, raised_in: Sequence[str] = ()) -> bool:
