@@ -29,11 +29,11 @@
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
     solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
-    ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics`` (completions scored
-    against gold answers), ``tables`` (models compared on the same problems), ``heldout`` (greedy generation on
-    held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1, pass@k, maj@k), ``curves``
-    (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants side by side, a reward hack
-    caught).
+    ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics``
+    (completions scored against gold answers), ``tables`` (models compared on the same problems), ``heldout``
+    (greedy generation on held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1,
+    pass@k, maj@k), ``curves`` (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants
+    side by side, a reward hack caught).
 ``exercises``: the checks a notebook calls; imports every group above.
     ``comparison`` (verdicts, a learner's function compared with the reference, what a check hands back), one
     module a notebook (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,

@@ -25,7 +25,7 @@ from course_utils.evaluation.heldout import (
     validation_problems,
 )
 from course_utils.evaluation.metrics import RATE_METRICS, last_number, score_completions
-from course_utils.evaluation.stats import mcnemar_exact, wilson_interval
+from course_utils.evaluation.stats import mcnemar_exact, reward_swing, wilson_interval
 from course_utils.evaluation.tables import (
     change_counts,
     compare_results,
@@ -590,3 +590,12 @@ def test_an_adapter_on_a_4bit_base_is_evaluated_unmerged_and_elsewhere_merged() 
     assert merged_unless_quantized(kept) is kept
     plain = build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=1)
     assert merged_unless_quantized(plain) is plain
+
+
+def test_the_reward_swing_shrinks_like_one_over_the_root_of_the_completions_per_step():
+    pool = [0.0, 1.0] * 50  # a reward right half the time: a single draw swings by 0.5
+    assert reward_swing(pool, 1, steps=4000) == pytest.approx(0.5, abs=0.03)
+    assert reward_swing(pool, 16, steps=4000) == pytest.approx(0.5 / 4, abs=0.01)
+    assert reward_swing(pool, 16, seed=3) == reward_swing(pool, 16, seed=3)  # seeded: the notebook's figure is fixed
+    with pytest.raises(ValueError, match="empty"):
+        reward_swing([], 4)

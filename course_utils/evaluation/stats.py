@@ -1,7 +1,8 @@
 """Error bars and paired tests: how far a rate measured on a few dozen problems can be trusted.
 
 With 8 or 50 problems, "accuracy 25%" means little without its 95% Wilson interval; and two models scored on the
-same problems differ only where they disagree, which the exact McNemar test weighs.
+same problems differ only where they disagree, which the exact McNemar test weighs. ``reward_swing``: how far a
+logged mean reward moves from step to step by chance alone.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import random
 from numbers import Integral, Real
 from statistics import NormalDist
 from typing import Any
+
+import numpy as np
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -123,3 +126,21 @@ def bootstrap_interval(
     tail = (1 - confidence) / 2
     low, high = means[int(tail * (resamples - 1))], means[math.ceil((1 - tail) * (resamples - 1))]
     return (low, high)
+
+
+def reward_swing(rewards: Any, completions_per_step: int, steps: int = 500, seed: int = 0) -> float:
+    """How far the logged mean reward moves from step to step by chance alone (its standard deviation).
+
+    Each simulated step draws ``completions_per_step`` rewards (with replacement) from ``rewards`` (real
+    reward values, e.g. a reward function applied to real completions) and averages them, as TRL's
+    ``reward`` metric does. Why: a curve that swings by +-0.3 with 4 completions per step can be pure
+    sampling noise; the swing shrinks like 1 / sqrt(completions per step).
+    """
+    pool = np.asarray(list(rewards), dtype=float)
+    if pool.size == 0:
+        raise ValueError("rewards is empty: pass the reward values of some real completions")
+    if completions_per_step < 1 or steps < 2:
+        raise ValueError("completions_per_step must be >= 1 and steps >= 2")
+    rng = np.random.default_rng(seed)
+    means = rng.choice(pool, size=(steps, completions_per_step)).mean(axis=1)
+    return float(means.std())

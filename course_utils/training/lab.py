@@ -2,7 +2,8 @@
 
 ``run_training`` chains what notebook 04 does one cell at a time: load, warm start, GRPO, save.
 ``trained_model_or_short_run`` gives notebooks 05 and 06 notebook 04's result, or a ci-sized stand-in run
-when notebook 04 has not run (CI runs each notebook on its own).
+when notebook 04 has not run (CI runs each notebook on its own). ``tiny_grpo_run`` is notebook 06's one-step run
+that reproduces a failure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.training.monitoring import save_run_artifacts
@@ -140,3 +142,34 @@ def trained_model_or_short_run(profile: Any = None, speedups: SpeedUps = NO_SPEE
         return folder, True
     print(f"Fallback: training a {STAND_IN_NOTE} ({short.max_steps} GRPO steps); it only demonstrates the method.")
     return train_short_run(short, speedups), True
+
+
+def tiny_grpo_run(
+    profile: Any,
+    reward_funcs: list[Any],
+    train_dataset: Any,
+    name: str,
+    *,
+    max_steps: int = 1,
+    max_completion_length: int = 12,
+    **overrides: Any,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """A real, deliberately tiny GRPOTrainer run (fresh model, a few steps, few tokens): (config, log history).
+
+    The troubleshooting notebook reproduces each failure with one of these instead of describing it:
+    same trainer, same metrics as a real run, seconds instead of hours. ``overrides`` go to ``GRPOConfig``.
+    """
+    model, tokenizer = load_model_for_training(profile)
+    config = make_grpo_config(
+        profile,
+        output_dir() / f"06-{name}",
+        max_steps=max_steps,
+        max_completion_length=max_completion_length,
+        reward_weights=None,
+        save_strategy="no",
+        logging_steps=1,
+        **overrides,
+    )
+    trainer = build_trainer(model, tokenizer, profile, train_dataset, config, reward_funcs=list(reward_funcs))
+    trainer.train()
+    return config, trainer.state.log_history

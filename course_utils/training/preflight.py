@@ -27,18 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import re
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from trl import GRPOConfig
 
 from course_utils.core.field_checks import check_value_types
 from course_utils.core.findings import SEVERITIES, Finding
 from course_utils.core.hardware import Hardware, as_hardware
-from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import switched_on
 from course_utils.lesson.token_lengths import reference_length_percentile
@@ -46,10 +43,7 @@ from course_utils.training.memory import MemoryEstimate
 from course_utils.training.preflight_memory import estimate_for_config, looks_like_tokenizer, memory_findings
 from course_utils.training.run import (
     GenerationBatchError,
-    build_trainer,
     check_generation_batch,
-    load_model_for_training,
-    make_grpo_config,
     vllm_available,
 )
 
@@ -482,73 +476,3 @@ def raise_for_errors(findings: list[Finding]) -> None:
     errors = [f for f in findings if f.severity == "error"]
     if errors:
         raise PreflightError(format_findings(errors))
-
-
-# --- Helpers for the troubleshooting notebook -----------------------------------------------------
-
-
-def reward_swing(rewards: Any, completions_per_step: int, steps: int = 500, seed: int = 0) -> float:
-    """How far the logged mean reward moves from step to step by chance alone (its standard deviation).
-
-    Each simulated step draws ``completions_per_step`` rewards (with replacement) from ``rewards`` (real
-    reward values, e.g. a reward function applied to real completions) and averages them, as TRL's
-    ``reward`` metric does. Why: a curve that swings by +-0.3 with 4 completions per step can be pure
-    sampling noise; the swing shrinks like 1 / sqrt(completions per step).
-    """
-    pool = np.asarray(list(rewards), dtype=float)
-    if pool.size == 0:
-        raise ValueError("rewards is empty: pass the reward values of some real completions")
-    if completions_per_step < 1 or steps < 2:
-        raise ValueError("completions_per_step must be >= 1 and steps >= 2")
-    rng = np.random.default_rng(seed)
-    means = rng.choice(pool, size=(steps, completions_per_step)).mean(axis=1)
-    return float(means.std())
-
-
-def illustrative_overfitting_history(steps: int = 60, eval_every: int = 10) -> tuple[list[dict], list[dict]]:
-    """A made-up (clearly labelled) log history of an overfitting run: (training logs, validation points).
-
-    Training reward climbs steadily while validation accuracy rises a little and then stays flat: the
-    model memorises the few training problems instead of learning to solve new ones. Used as an
-    illustration because a real overfitting run takes far longer than the CI budget allows.
-    """
-    train = [
-        {"step": s, "reward": round(0.4 + 2.0 * (1 - math.exp(-s / 20)) + 0.08 * math.sin(s), 3)}
-        for s in range(1, steps + 1)
-    ]
-    validation = [
-        {"step": s, "accuracy": round(0.10 + 0.08 * min(s, 20) / 20 + 0.01 * math.sin(s / 7), 3)}
-        for s in range(0, steps + 1, eval_every)
-    ]
-    return train, validation
-
-
-def tiny_grpo_run(
-    profile: Any,
-    reward_funcs: list[Any],
-    train_dataset: Any,
-    name: str,
-    *,
-    max_steps: int = 1,
-    max_completion_length: int = 12,
-    **overrides: Any,
-) -> tuple[Any, list[dict[str, Any]]]:
-    """A real, deliberately tiny GRPOTrainer run (fresh model, a few steps, few tokens): (config, log history).
-
-    The troubleshooting notebook reproduces each failure with one of these instead of describing it:
-    same trainer, same metrics as a real run, seconds instead of hours. ``overrides`` go to ``GRPOConfig``.
-    """
-    model, tokenizer = load_model_for_training(profile)
-    config = make_grpo_config(
-        profile,
-        output_dir() / f"06-{name}",
-        max_steps=max_steps,
-        max_completion_length=max_completion_length,
-        reward_weights=None,
-        save_strategy="no",
-        logging_steps=1,
-        **overrides,
-    )
-    trainer = build_trainer(model, tokenizer, profile, train_dataset, config, reward_funcs=list(reward_funcs))
-    trainer.train()
-    return config, trainer.state.log_history
