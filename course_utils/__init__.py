@@ -24,7 +24,8 @@
     ``run`` (config, LoRA, training prompts, trainer, saving), ``run_folder`` (the folders the course marks and
     alone clears, complete checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
-    ``preflight_memory`` (its memory check: the estimate from a config and a model, against the machine),
+    ``config_reading`` (a planned run's settings read as TRL reads them), ``preflight_memory`` (its memory check:
+    the estimate from a config and a model, against the machine),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
     solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs).

@@ -16,17 +16,15 @@ from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_model_and_tokenizer, materialize_offline_model
 from course_utils.lesson.token_lengths import reference_length_percentile
 from course_utils.training import preflight
+from course_utils.training.config_reading import config_values, generation_batch, trl_choices
 from course_utils.training.model_shape import QWEN25_05B
 from course_utils.training.preflight import (
     Finding,
     PreflightError,
     check,
-    config_values,
     findings_table,
     format_findings,
-    generation_batch,
     raise_for_errors,
-    trl_choices,
 )
 from course_utils.training.run import (
     GenerationBatchError,

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from course_utils.evaluation import variants
-from course_utils.training.preflight import check, on_policy
+from course_utils.training.config_reading import on_policy
+from course_utils.training.preflight import check
 from course_utils.training.run import make_grpo_config
 
 

@@ -18,7 +18,7 @@ What it finds (``Finding.code``):
   (``preflight_memory``);
 - ``vllm-missing``: vLLM generation asked for (``use_vllm``, or a profile with ``use_vllm``) but not installed;
 - ``unknown-loss-type`` / ``unknown-importance-sampling-level``: a value the installed TRL does not know (the
-  valid loss types are read from TRL, ``trl_choices``);
+  valid loss types are read from TRL, ``config_reading.trl_choices``);
 - ``sequence-ratio-on-policy`` / ``clip-higher-on-policy``: GSPO's sequence ratio or clip-higher on an on-policy
   run, where the importance ratio is exactly 1 and they change nothing (info).
 """
@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import re
 from typing import Any
 
 import pandas as pd
-from trl import GRPOConfig
 
 from course_utils.core.field_checks import check_value_types
 from course_utils.core.findings import SEVERITIES, Finding
@@ -39,6 +37,7 @@ from course_utils.core.hardware import Hardware, as_hardware
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import switched_on
 from course_utils.lesson.token_lengths import reference_length_percentile
+from course_utils.training.config_reading import config_values, generation_batch, on_policy, trl_choices
 from course_utils.training.memory import MemoryEstimate
 from course_utils.training.preflight_memory import estimate_for_config, looks_like_tokenizer, memory_findings
 from course_utils.training.run import (
@@ -52,67 +51,6 @@ COMPLETION_PERCENTILE = 90
 
 class PreflightError(RuntimeError):
     """Raised by ``raise_for_errors`` when a finding says the run cannot work."""
-
-
-# --- Reading the config ---------------------------------------------------------------------------
-
-
-def _grpo_defaults() -> dict[str, Any]:
-    """GRPOConfig's field defaults, read without building one (building one runs the checks we explain)."""
-    defaults = {}
-    for f in dataclasses.fields(GRPOConfig):
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
-
-
-def config_values(config: Any) -> dict[str, Any]:
-    """The settings of ``config`` (a ``GRPOConfig`` or a dict of its arguments) with GRPOConfig's defaults filled in.
-
-    A dict key GRPOConfig does not know is an error naming the closest real argument, because a
-    misspelt ``num_generation`` would otherwise silently leave the default in place.
-    """
-    defaults = _grpo_defaults()
-    if isinstance(config, dict):
-        unknown = sorted(set(config) - set(defaults))
-        if unknown:
-            hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
-            listed = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
-            raise ValueError(f"Not a GRPOConfig argument: {listed}")
-        values = {**defaults, **config}
-    elif hasattr(config, "to_dict") and hasattr(config, "num_generations"):
-        values = {name: getattr(config, name) for name in defaults if hasattr(config, name)}
-    else:
-        raise TypeError(f"config must be a trl.GRPOConfig or a dict of its arguments, got {type(config).__name__}")
-    if values.get("bf16") is None:  # TRL's rule: bf16 unless fp16 is set
-        values["bf16"] = not values.get("fp16", False)
-    return values
-
-
-def generation_batch(
-    values: dict[str, Any], num_processes: int = 1, *, built: bool = False
-) -> tuple[int | None, int | None, str | None]:
-    """(generation_batch_size, steps_per_generation, problem) the way GRPOConfig derives them.
-
-    Default: steps_per_generation = gradient_accumulation_steps and generation batch = per-device batch
-    x processes x steps_per_generation. ``problem`` is a message when the two were both set, or the
-    generation batch is not a whole number of global batches. ``built=True`` for the values of a
-    ``GRPOConfig`` object, which carries both settings, filled in consistently by its ``__post_init__``.
-    """
-    per_step = values["per_device_train_batch_size"] * num_processes
-    size, steps = values.get("generation_batch_size"), values.get("steps_per_generation")
-    if size is not None and steps is not None:
-        if built and size == per_step * steps:
-            return size, steps, None
-        return None, None, "generation_batch_size and steps_per_generation are both set"
-    if size is None:
-        steps = steps if steps is not None else values["gradient_accumulation_steps"]
-        return per_step * steps, steps, None
-    if size % per_step:
-        return None, None, f"generation_batch_size ({size}) is not a multiple of the global batch ({per_step})"
-    return size, size // per_step, None
 
 
 # --- The checks -----------------------------------------------------------------------------------
@@ -211,30 +149,6 @@ def _check_kl(values: dict[str, Any], expect_kl: bool | None) -> list[Finding]:
             "Set beta > 0 (e.g. 0.04, as the ci and GPU profiles do) if you want the KL penalty and the `kl` curve.",
         )
     ]
-
-
-def trl_choices(field_name: str) -> tuple[str, ...]:
-    """The values the installed TRL documents for a ``GRPOConfig`` field (its "Supported values are ..." help).
-
-    Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once.
-    An empty tuple when the field's help lists no values.
-    """
-    spec = GRPOConfig.__dataclass_fields__.get(field_name)
-    help_text = spec.metadata.get("help", "") if spec is not None else ""
-    match = re.search(r"Supported values are(.*?)\.(?:\s|$)", help_text, re.S)
-    return tuple(dict.fromkeys(re.findall(r"'([a-z_]+)'", match.group(1)))) if match else ()
-
-
-def on_policy(values: dict[str, Any], num_processes: int = 1, *, built: bool = False) -> bool:
-    """True when every update uses completions of the current policy (TRL then sets the old log-probs to the new).
-
-    That is ``num_iterations == 1`` and no more generation steps than accumulation steps: the importance ratio is
-    exactly 1, so clipping, clip-higher and sequence-level ratios cannot change anything.
-    """
-    _, steps, problem = generation_batch(values, num_processes, built=built)
-    if problem:
-        return False
-    return values.get("num_iterations", 1) == 1 and steps <= values["gradient_accumulation_steps"]
 
 
 def _check_loss_variant(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
