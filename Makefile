@@ -18,11 +18,11 @@ LAB_ARGS ?=
 COMMA := ,
 GPU_EXTRA := $(if $(shell nvidia-smi -L 2>/dev/null),$(COMMA)gpu,)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR)
+CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR) REHEARSAL_PACKAGES=$(abspath build/rehearse-packages)
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render rehearse
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render rehearse rehearse-packages
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -57,7 +57,7 @@ lint: setup
 # still runs to the end); then the copies' verdicts are read back.
 EXECUTED := build/executed
 UNIT_MARKERS := not multiprocess and not measurement and not long and not executed
-test: lint
+test: lint rehearse-packages
 	@mkdir -p build; $(CI_ENV) OMP_NUM_THREADS=1 $(PY) scripts/execute_copies.py --target $(EXECUTED) > build/executed.log 2>&1 & copies=$$!; \
 	$(CI_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -m "$(UNIT_MARKERS)" tests; unit=$$?; \
 	wait $$copies; executed=$$?; echo "--- both copies of the course, executed in $(EXECUTED)/"; cat build/executed.log; \
@@ -97,12 +97,16 @@ colab-links:
 
 # The GPU profiles (colab-t4, gpu) end to end on this CPU: a tiny Qwen2 from a folder (COURSE_MODEL_DIR), real 4-bit
 # NF4 weights, notebooks 04 and 05 executed, the run resumed (scripts/rehearse.py). bitsandbytes, the `gpu` extra's
-# pinned version, goes into its own folder, not .venv: on a CPU every import of peft would load it and say so
+# pinned version, goes into its own folder, not .venv: on a CPU every import of peft would load it and say so.
+# `make test` runs the 4-bit part alone (scripts/rehearse.py --quick, seconds), so it needs the folder too
 REHEARSAL_PACKAGES := build/rehearse-packages
 BNB_VERSION := $(shell sed -n 's/^bitsandbytes==//p' $(CONSTRAINTS))
-rehearse: setup
-	@test -d $(REHEARSAL_PACKAGES)/bitsandbytes-$(BNB_VERSION).dist-info || $(PY) -m pip install -q --no-deps \
-	  --target $(REHEARSAL_PACKAGES) "bitsandbytes==$(BNB_VERSION)"
+$(REHEARSAL_PACKAGES)/.installed: $(CONSTRAINTS) | $(STAMP)
+	rm -rf $(REHEARSAL_PACKAGES)
+	$(PY) -m pip install -q --no-deps --target $(REHEARSAL_PACKAGES) "bitsandbytes==$(BNB_VERSION)"
+	touch $@
+rehearse-packages: $(REHEARSAL_PACKAGES)/.installed
+rehearse: setup rehearse-packages
 	REHEARSAL_PACKAGES=$(abspath $(REHEARSAL_PACKAGES)) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) scripts/rehearse.py
 
 # On a CUDA machine: a few training steps of the GPU profiles, as `name: value` lines; elsewhere one line

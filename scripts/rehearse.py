@@ -15,6 +15,10 @@ It prints ``name: value`` lines per profile: passed or failed, the steps run, th
 linear layers, the ``GRPOConfig`` fields that differ from the GPU run, and the seconds taken. Executed notebooks go
 to ``build/rehearsal/<profile>/``. bitsandbytes comes from ``REHEARSAL_PACKAGES`` (``make rehearse`` installs the
 pinned version there), so the course's own environment never imports it on a CPU.
+
+``--quick`` (seconds; ``make test`` runs it) checks the 4-bit part alone: the ``colab-t4`` model loaded in NF4 from
+the tiny Qwen2's folder, LoRA from the profile, a forward and backward pass with gradient checkpointing, and a few
+greedy tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import io
 import os
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -112,6 +117,37 @@ def resume_one_more_step(profile_name: str) -> dict[str, Any]:
     }
 
 
+def quick_four_bit(workdir: Path) -> dict[str, Any]:
+    """The ``colab-t4`` model in 4-bit from the tiny Qwen2's folder: LoRA, one forward and backward, a few tokens."""
+    from peft import get_peft_model
+
+    from course_utils.core.profiles import get_profile
+    from course_utils.lesson.generation import greedy_generate
+    from course_utils.lesson.tiny_qwen import save_tiny_qwen
+    from course_utils.training.run import load_model_for_training, make_lora_config
+
+    model_dir = save_tiny_qwen(workdir / "tiny-qwen2")
+    with environment(rehearsal_env("colab-t4", model_dir, workdir / "outputs")), \
+            contextlib.redirect_stdout(sys.stderr):  # fmt: skip
+        profile = get_profile("colab-t4")
+        model, tokenizer = load_model_for_training(profile)
+        four_bit = linear_4bit_layers(model)
+        if profile.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()  # as GRPOTrainer does for a PEFT model with checkpointing
+        model = get_peft_model(model, make_lora_config(profile, model))
+        batch = tokenizer(["What is 48 / 2?", "Natalia sold 48 clips in April."], return_tensors="pt", padding=True)
+        model(**batch, labels=batch["input_ids"]).loss.backward()
+        trained = [p for p in model.parameters() if p.requires_grad]
+        written = greedy_generate(model, tokenizer, [[{"role": "user", "content": "What is 2 + 3?"}]], 4)[0]
+    return {
+        "linear_4bit_layers": four_bit,
+        "trainable_parameters": sum(p.numel() for p in trained),
+        "adapters_with_a_gradient": sum(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in trained),
+        "tokens_generated": written.tokens,
+    }
+
+
 def rehearse_profile(profile_name: str, workdir: Path, build: Path) -> dict[str, Any]:
     """One profile: the tiny Qwen written, notebooks 04 and 05 executed, the run resumed; its figures."""
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
@@ -137,10 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", nargs="+", default=list(PROFILES_TO_REHEARSE), choices=PROFILES_TO_REHEARSE)
     parser.add_argument("--build", type=Path, default=REPO / "build" / "rehearsal", help="executed notebooks")
+    parser.add_argument("--quick", action="store_true", help="the 4-bit part alone, in seconds")
     args = parser.parse_args(argv)
     packages = os.environ.get(PACKAGES_ENV_VAR)
     if packages:
         sys.path.insert(0, packages)
+    if args.quick:
+        with tempfile.TemporaryDirectory() as folder:
+            figures = quick_four_bit(Path(folder))
+        print("rehearsal_quick: passed")
+        for name, value in figures.items():
+            print(f"rehearsal_quick_{name}: {value}")
+        return 0
     failed = []
     for profile_name in args.profiles:
         workdir = args.build / f"{profile_name}-work"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +84,24 @@ def test_config_differences_name_only_what_the_rehearsal_changed(load_script, re
     assert differences["fp16"] == (True, False) and differences["use_cpu"] == (False, True)
     assert differences["max_steps"] == (250, 2)
     assert "num_generations" not in differences and "mask_truncated_completions" not in differences
+
+
+def test_the_t4_model_loads_in_4bit_trains_its_adapters_and_generates():
+    """bitsandbytes' NF4 on this CPU, from the folder make installs it into (never .venv): seconds, so in make test."""
+    packages = os.environ.get("REHEARSAL_PACKAGES", str(REPO / "build" / "rehearse-packages"))
+    assert (Path(packages) / "bitsandbytes").is_dir(), f"no bitsandbytes in {packages}: run `make rehearse-packages`"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearse.py"), "--quick"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "REHEARSAL_PACKAGES": packages})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.startswith("rehearsal_quick"))
+    assert lines["rehearsal_quick"] == "passed"
+    assert int(lines["rehearsal_quick_linear_4bit_layers"]) == 14  # 7 projections x 2 layers, all in NF4
+    # r=16 times (inputs + outputs) of q, k, v, o (64->64, 64->32, 64->32, 64->64) and gate, up, down (64->128 x2,
+    # 128->64), in each of the 2 layers
+    projections = (64 + 64) + (64 + 32) * 2 + (64 + 64) + (64 + 128) * 3
+    assert int(lines["rehearsal_quick_trainable_parameters"]) == 2 * 16 * projections
+    assert int(lines["rehearsal_quick_adapters_with_a_gradient"]) > 0
+    assert lines["rehearsal_quick_tokens_generated"] == "4"
 
 
 @pytest.mark.long
