@@ -286,6 +286,7 @@ WRONG_REWARDS = {  # (notebook name, wrong answer, what the check names: a case 
     "rewards as a generator": ("strict_format_reward_func", strict_as_generator, "returns a generator"),
     "stops at the first empty completion": ("soft_format_reward_func", soft_stops_at_a_bad_one, "a batch of"),
     "keeps the last score only": ("xmlcount_reward_func", xmlcount_last_only, "1 reward(s) for 5 completion(s)"),
+    "0.5 for every layout": ("soft_format_reward_func", constant(0.5), "tags in the wrong order"),
     "classic exact string comparison": ("correctness_reward_func", classic_correctness, "answer $1,000"),
     "strings compared, not values": ("correctness_reward_func", string_equality, "answer $1,000"),
     "float() on the answer": ("correctness_reward_func", float_equality, "answer $1,000"),
