@@ -16,8 +16,9 @@ import argparse
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.training.memory import GB, logprob_workspace_bytes, memory_table
+from course_utils.training.memory import memory_table
 from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace
+from course_utils.training.memory_parts import GB, logprob_workspace_bytes
 from course_utils.training.model_shape import smollm2_spec
 
 

@@ -26,7 +26,8 @@
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
     ``config_reading`` (a planned run's settings read as TRL reads them), ``preflight_memory`` (its memory check:
     the estimate from a config and a model, against the machine),
-    ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate),
+    ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate, by phase),
+    ``memory_parts`` (each part of it in bytes, from ``RunSettings``),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
     solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.

@@ -17,19 +17,21 @@ from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.lesson.models import load_model_and_tokenizer
 from course_utils.training import preflight
 from course_utils.training.memory import (
-    GB,
     GPU_MEMORY_GB,
-    LOGPROB_BACKWARD_TILES,
-    RunSettings,
     estimate_for_profile,
     estimate_memory,
-    logprob_workspace_bytes,
     memory_table,
-    merged_group_parameters,
     vllm_reservation_gb,
     what_if_table,
 )
 from course_utils.training.memory_measurement import measure_grpo_step_peak, measure_logprob_workspace, peak_rss_gb
+from course_utils.training.memory_parts import (
+    GB,
+    LOGPROB_BACKWARD_TILES,
+    RunSettings,
+    logprob_workspace_bytes,
+    merged_group_parameters,
+)
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_for_profile, spec_from_config
 from course_utils.training.run import make_grpo_config
 
