@@ -200,6 +200,17 @@ def test_a_mistyped_cpu_speedups_switch_stops_the_run_before_it_touches_the_fold
     assert snapshot(tmp_path / "run") == before
 
 
+def test_a_mistyped_cpu_speedups_switch_stops_notebook_04s_fresh_start_before_it_clears(monkeypatch, tmp_path):
+    """Notebook 04 and the lab clear with training.clear_run_dir; the plug-in reads the switch only later."""
+    from course_utils.training.run import clear_run_dir
+
+    before = earlier_run(tmp_path / "run")
+    monkeypatch.setenv("COURSE_CPU_SPEEDUPS", "ture")
+    with pytest.raises(ValueError, match=r"COURSE_CPU_SPEEDUPS='ture' is not a switch"):
+        clear_run_dir(tmp_path / "run")
+    assert snapshot(tmp_path / "run") == before
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -26,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile
+from course_utils.core.speedups import env_switch
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -140,6 +141,7 @@ def clear(run_dir: str | Path) -> Path:
     have made them for its own output (``log_completions=True`` makes ``completions/``).
     """
     run_dir = Path(run_dir)
+    env_switch()  # a mistyped COURSE_CPU_SPEEDUPS stops the run here, before the earlier one is deleted
     check_clearable(run_dir)
     for child in run_dir.iterdir() if run_dir.is_dir() else ():
         if child.name in KEPT_ON_CLEAR or (child.is_dir() and not any(child.iterdir())):
