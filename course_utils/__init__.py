@@ -7,8 +7,9 @@
     ``field_checks`` (config values checked against their declared types and choices), ``rehearsal`` (the GPU
     profiles changed for a CPU under ``COURSE_REHEARSAL=1``, each change said), ``speedups`` (the CPU plug-in's
     switch, the shape a function asks of it, and what its kept logits cost in memory), ``trl_internals`` (the
-    private ``GRPOTrainer`` methods the lesson asks, behind TRL's version gate), ``machine_limits`` (the decoding
-    ceiling this machine's memory bandwidth and matmul throughput set).
+    private ``GRPOTrainer`` methods the lesson asks, behind TRL's version gate), ``transformers_internals`` (the
+    ``Trainer``'s own checkpoint of a stopped run, behind transformers' version gate), ``machine_limits`` (the
+    decoding ceiling this machine's memory bandwidth and matmul throughput set).
 ``lesson``: what a learner builds, notebooks 01 to 03; imports core.
     ``data`` (GSM8K read from a folder, the Hub or the sample; splits), ``formatting`` (gold answers parsed, chat
     prompts built), ``data_checks`` (calculator notes recomputed, careless parsers measured), ``token_lengths``

@@ -15,12 +15,12 @@ import pytest
 from conftest import REPO_ROOT
 from trl import GRPOTrainer
 
-from course_utils.core import trl_internals
+from course_utils.core import transformers_internals, trl_internals
 from course_utils.core.trl_internals import TRLChanged
 from course_utils.lesson.grpo import trl_reward_extras, trl_reward_values, trl_trainer
 
 PACKAGE = REPO_ROOT / "course_utils"
-GATED = {PACKAGE / "core" / "trl_internals.py"}
+GATED = {PACKAGE / "core" / "trl_internals.py", PACKAGE / "core" / "transformers_internals.py"}
 LIBRARIES = ("trl", "transformers", "peft")
 
 
@@ -144,3 +144,30 @@ def test_no_private_name_of_trl_transformers_or_peft_outside_the_gate():
     assert not found, "private library names outside core/trl_internals.py (call them through it):\n" + "\n".join(
         found
     )
+
+
+# --- transformers' Trainer: the checkpoint of a stopped run -------------------------------------------------------
+
+
+def test_save_checkpoint_writes_what_a_resume_reads(tmp_path):
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    from course_utils.lesson.models import build_tiny_random_model
+
+    rows = Dataset.from_list([{"input_ids": [1, 2, 3, 4], "labels": [1, 2, 3, 4]}] * 2)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, save_strategy="no", report_to=[], use_cpu=True,
+                             per_device_train_batch_size=2)  # fmt: skip
+    trainer = Trainer(model=build_tiny_random_model(hidden_size=16), args=args, train_dataset=rows)
+    trainer.train()
+    transformers_internals.save_checkpoint(trainer)
+    saved = {path.name for path in (tmp_path / "checkpoint-1").iterdir()}
+    assert {"trainer_state.json", "optimizer.pt", "scheduler.pt"} <= saved, saved
+
+
+def test_a_renamed_checkpoint_method_reads_as_the_courses_problem():
+    class Renamed:
+        model = None
+
+    with pytest.raises(transformers_internals.TransformersChanged, match=r"tested with transformers 5\.24"):
+        transformers_internals.save_checkpoint(Renamed())
