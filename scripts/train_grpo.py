@@ -34,6 +34,7 @@ from typing import Any
 from accelerate import PartialState
 
 from course_utils import cpu_speed
+from course_utils.core import transformers_internals
 from course_utils.core.profiles import Profile, get_profile, profile_names
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
 from course_utils.lesson.models import ModelUnavailableError
@@ -240,9 +241,9 @@ def inputs_explained() -> Iterator[None]:
 def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from: Path | None = None) -> None:
     """After a stop or a failure mid-run: a checkpoint of the last finished step, and the log history so far.
 
-    The checkpoint is the trainer's own (``_save_checkpoint``: model, optimizer, scheduler, RNG, state), so
-    ``--resume`` continues from it; a step already checkpointed is not saved again. A resume that failed before
-    its first new step keeps the folder as it was. The log never replaces a longer one (``save_run_artifacts``).
+    The checkpoint is the trainer's own (``transformers_internals.save_checkpoint``: model, optimizer, scheduler, RNG,
+    state), so ``--resume`` continues from it; a step already checkpointed is not saved again. A resume that failed
+    before its first new step keeps the folder as it was. The log never replaces a longer one (``save_run_artifacts``).
     One process only: saving under several would wait on processes that may have stopped.
     """
     step = trainer.state.global_step
@@ -250,7 +251,7 @@ def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from:
         print(f"no new step finished: {run_dir} is as it was")
         return
     if is_main and not (run_dir / f"checkpoint-{step}").is_dir():
-        trainer._save_checkpoint(trainer.model, trial=None)
+        transformers_internals.save_checkpoint(trainer)
     if is_main:
         save_run_artifacts(trainer.state.log_history, run_dir)
     last, _ = run_folder.newest_complete_checkpoint(run_dir)

@@ -386,6 +386,22 @@ def test_the_own_reward_of_the_solution_passes_inside_trl_and_is_handed_back(gsm
     assert "03.8 your own reward: the notebook continues with yours." in out
 
 
+def test_a_trl_that_renamed_its_reward_code_is_the_courses_fault_not_the_learners(gsm8k_train, capsys, monkeypatch):
+    """A TRL release without ``_calculate_rewards``: the check says so and the notebook goes on with theirs."""
+    from trl import GRPOTrainer
+
+    solution = exercise("03", "own_reward_func")
+    nb03._trl_extras.cache_clear()
+    monkeypatch.delattr(GRPOTrainer, "_calculate_rewards")
+    try:
+        assert nb03.check_03_own_reward(solution, gsm8k_train) is solution
+    finally:
+        nb03._trl_extras.cache_clear()
+    out = capsys.readouterr().out
+    assert "⚠️ 03.8 your own reward: unchecked" in out and "_calculate_rewards" in out and "not your code" in out
+    assert "could not use it" not in out
+
+
 def test_the_own_reward_stub_reads_not_answered(gsm8k_train, capsys):
     stub = exercise("03", "own_reward_func", copy="notebooks")
     assert nb03.check_03_own_reward(stub, gsm8k_train) is nb03.repetition_penalty_reference
