@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import matplotlib
 import pytest
 import torch
@@ -93,6 +95,18 @@ def test_flat_kl_does_not_fire():
 def test_monitor_rejects_bad_input():
     with pytest.raises(TypeError, match="log_history must be a list of dicts"):
         monitor("trainer_state.json")
+
+
+def test_the_dashboard_leaves_no_figure_for_the_notebook_to_draw_again(capsys):
+    """A figure left open in pyplot is drawn once more by the inline backend when the cell ends."""
+    import matplotlib.pyplot as plt
+
+    dashboard = LiveDashboard(show=True)
+    before = set(plt.get_fignums())
+    for step in (1, 2):
+        dashboard.on_log(None, SimpleNamespace(global_step=step), None, logs={"reward": 0.5, "reward_std": 0.1})
+    assert set(plt.get_fignums()) == before and dashboard.redraws == 2
+    assert dashboard.figure.axes  # still whole, for save_run_artifacts
 
 
 def test_dashboard_redraws_headless_and_saves(tmp_path):

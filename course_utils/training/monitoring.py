@@ -94,10 +94,13 @@ class LiveDashboard(TrainerCallback):
         self.redraw()
 
     def redraw(self) -> Any:
-        """Draw the current history; in a notebook, replace the previous drawing."""
-        if self.figure is not None:
-            plt.close(self.figure)
+        """Draw the current history; in a notebook, replace the previous drawing.
+
+        The figure is taken out of pyplot once drawn (it can still be saved): left there, the notebook's inline
+        backend would show it a second time when the training cell ends.
+        """
         self.figure = plot_training_dashboard(self.history, title=self.title)
+        plt.close(self.figure)
         self.redraws += 1
         if self.show:
             clear_output(wait=True)
