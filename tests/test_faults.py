@@ -459,20 +459,27 @@ def wait_for(process: subprocess.Popen, text: str, timeout: float) -> str:
     raise AssertionError(f"no {text!r} within {timeout:.0f} s:\n{''.join(seen)[-3000:]}")
 
 
-@pytest.mark.long
-def test_a_real_ctrl_c_keeps_a_checkpoint_and_resume_continues_from_it(gsm8k_env):
-    """A real ``ci`` run of the script gets SIGINT after its first step, keeps it, and ``--resume`` finishes it."""
-    run_dir = gsm8k_env / "run"
+def signalled_run(run_dir: Path, signal_number: int) -> tuple[subprocess.Popen, str, list[str], dict[str, str]]:
+    """A real 3-step ``ci`` run of the script sent ``signal_number`` once its first step is logged (step 2 running):
+    the finished process, its output, and the command and environment that resume it."""
     command = [sys.executable, "-u", str(SCRIPT), "--profile", "ci", "--output-dir", str(run_dir)]
     command += ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "warm_start_examples=0"]
     env = {**os.environ, "OMP_NUM_THREADS": "2", "TQDM_DISABLE": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        wait_for(process, "'loss'", timeout=600)  # the first step's log: step 2 is running
-        process.send_signal(signal.SIGINT)
+        wait_for(process, "'loss'", timeout=600)
+        process.send_signal(signal_number)
         out, _ = process.communicate(timeout=600)
     finally:
         process.kill()
+    return process, out, command, env
+
+
+@pytest.mark.long
+def test_a_real_ctrl_c_keeps_a_checkpoint_and_resume_continues_from_it(gsm8k_env):
+    """A real ``ci`` run of the script gets SIGINT after its first step, keeps it, and ``--resume`` finishes it."""
+    run_dir = gsm8k_env / "run"
+    process, out, command, env = signalled_run(run_dir, signal.SIGINT)
     assert process.returncode == 130, out[-3000:]
     assert "stopped at step 2 of 3" in out and "--resume" in out
     assert (run_dir / "checkpoint-2").is_dir() and (run_dir / "log_history.csv").is_file()
@@ -491,16 +498,7 @@ def test_sigterm_keeps_the_run_and_a_resume_past_a_torn_checkpoint_keeps_every_l
     """SIGTERM after the first step keeps a checkpoint and the log; a resume whose newest checkpoint is torn (as
     ``kill -9`` during a save leaves it) or fails to load keeps every row and continues from the complete one."""
     run_dir = gsm8k_env / "run"
-    command = [sys.executable, "-u", str(SCRIPT), "--profile", "ci", "--output-dir", str(run_dir)]
-    command += ["--set", "max_steps=3", "--set", "save_steps=3", "--set", "warm_start_examples=0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "TQDM_DISABLE": "1"}
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        wait_for(process, "'loss'", timeout=600)
-        process.send_signal(signal.SIGTERM)
-        out, _ = process.communicate(timeout=600)
-    finally:
-        process.kill()
+    process, out, command, env = signalled_run(run_dir, signal.SIGTERM)
     assert process.returncode == 143, out[-3000:]
     assert "SIGTERM: stopping after the step in progress" in out and "stopped at step 2 of 3" in out
     assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()
