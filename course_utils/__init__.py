@@ -48,9 +48,10 @@
     passes, from: ``prompt_cache`` (the prompt read once per group), ``adapters`` (LoRA beside or merged into packed
     weights), ``lean_decoder`` (a decoder layer in fewer calls), ``attention`` (one token's query heads stacked per
     key/value head), ``sampling`` (tokens drawn by inverse CDF)), ``completion_scoring`` (completion tokens scored
-    only), ``logit_tiles`` (the output head's logits kept for the backward), ``cpu_allocator`` (freed blocks kept in
-    the process), ``versions`` (the library versions it was tested with), ``probe`` (does the rewritten decoder
-    layer compute what the model's computes).
+    only), ``shared_prefix`` (a group's prompt read once in the training pass), ``frozen_layers`` (the frozen
+    layers' output taken from sampling), ``logit_tiles`` (the output head's logits kept for the backward),
+    ``cpu_allocator`` (freed blocks kept in the process), ``versions`` (the library versions it was tested with),
+    ``probe`` (does the rewritten decoder layer compute what the model's computes).
 ``runner``: runs every notebook headless (``python -m course_utils.runner``); imports core only.
 """
 

@@ -11,7 +11,8 @@ the library versions it was tested with (``versions``); elsewhere training is pl
 import; :func:`installed` says what is patched right now.
 
 Modules: ``packed_linear``, ``group_generation`` (composed of ``prompt_cache``, ``adapters``, ``lean_decoder``,
-``attention``, ``sampling``), ``completion_scoring``, ``logit_tiles``, ``cpu_allocator``, ``versions``, ``probe``.
+``attention``, ``sampling``), ``completion_scoring``, ``shared_prefix``, ``frozen_layers``, ``logit_tiles``,
+``cpu_allocator``, ``versions``, ``probe``.
 """
 
 from __future__ import annotations
@@ -35,15 +36,13 @@ from course_utils.core.speedups import env_switch as _env_switch
 from course_utils.core.speedups import switched_off_because as _switched_off_because
 from course_utils.core.speedups import switched_on as switched_on
 from course_utils.cpu_speed import versions
-from course_utils.cpu_speed.completion_scoring import (
-    completion_tokens_only,
-    frozen_layers_from_sampling,
-    prefix_read_once,
-)
+from course_utils.cpu_speed.completion_scoring import completion_tokens_only
 from course_utils.cpu_speed.cpu_allocator import freed_memory_reused, release_freed_memory
+from course_utils.cpu_speed.frozen_layers import frozen_layers_from_sampling
 from course_utils.cpu_speed.group_generation import INSTALLED_FLAG, install, keeping_frozen_packs
 from course_utils.cpu_speed.logit_tiles import logit_tiles_kept
 from course_utils.cpu_speed.probe import lean_layer_mismatch, probe_key
+from course_utils.cpu_speed.shared_prefix import prefix_read_once
 
 PARTS: tuple[str, ...] = (
     "reuse_freed_memory",
