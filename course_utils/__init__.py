@@ -41,6 +41,9 @@
     ``comparison`` (verdicts, a learner's function compared with the reference, what a check hands back), one
     module a notebook (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,
     ``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``).
+    A notebook with many checks is a package of one module a job: ``nb03_reward_functions`` holds ``trl_calls``
+    (a reward called as ``GRPOTrainer`` calls it), ``case_banks`` (the cases 03.1-03.5 run on),
+    ``corrected_rewards`` (03.1-03.5), ``value_questions`` (03.6-03.7) and ``own_reward`` (03.8, TRL's contract).
 ``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and no module of the
     package imports it: training and evaluation take it from their caller (``speedups=cpu_speed``, a visible line
     in a notebook or a script; ``core.speedups`` holds its switch and the shape they ask of it).

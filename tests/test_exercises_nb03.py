@@ -15,6 +15,7 @@ from notebook_code import exercise
 
 from course_utils.core.answer_format import TAGS
 from course_utils.exercises import nb03_reward_functions as nb03
+from course_utils.exercises.nb03_reward_functions import case_banks, own_reward, trl_calls
 from course_utils.lesson import rewards
 from course_utils.lesson.rewards import answers_match, completion_texts, extract_xml_answer, plain_number
 
@@ -329,7 +330,7 @@ def test_the_package_reward_passed_as_an_answer_is_refused(gsm8k_train, capsys):
 
 
 def test_reward_cases_are_real_rows_samples_and_edge_cases(gsm8k_train):
-    cases = nb03.reward_cases(gsm8k_train)
+    cases = case_banks.reward_cases(gsm8k_train)
     labels = [case.label for case in cases]
     assert sum(label.startswith("row ") for label in labels) >= 40
     assert any(label.startswith("sample 'perfect'") for label in labels)
@@ -391,12 +392,12 @@ def test_a_trl_that_renamed_its_reward_code_is_the_courses_fault_not_the_learner
     from trl import GRPOTrainer
 
     solution = exercise("03", "own_reward_func")
-    nb03._trl_extras.cache_clear()
+    trl_calls._trl_extras.cache_clear()
     monkeypatch.delattr(GRPOTrainer, "_calculate_rewards")
     try:
         assert nb03.check_03_own_reward(solution, gsm8k_train) is solution
     finally:
-        nb03._trl_extras.cache_clear()
+        trl_calls._trl_extras.cache_clear()
     out = capsys.readouterr().out
     assert "⚠️ 03.8 your own reward: unchecked" in out and "_calculate_rewards" in out and "not your code" in out
     assert "could not use it" not in out
@@ -404,7 +405,7 @@ def test_a_trl_that_renamed_its_reward_code_is_the_courses_fault_not_the_learner
 
 def test_the_own_reward_stub_reads_not_answered(gsm8k_train, capsys):
     stub = exercise("03", "own_reward_func", copy="notebooks")
-    assert nb03.check_03_own_reward(stub, gsm8k_train) is nb03.repetition_penalty_reference
+    assert nb03.check_03_own_reward(stub, gsm8k_train) is own_reward.repetition_penalty_reference
     out = capsys.readouterr().out
     assert "⏳ 03.8 your own reward: not answered yet." in out
     assert "continues with the package's repetition_penalty_reference" in out
@@ -471,7 +472,7 @@ WRONG_OWN_REWARDS = {
 @pytest.mark.parametrize("mistake", sorted(WRONG_OWN_REWARDS))
 def test_an_own_reward_that_breaks_the_contract_fails(mistake, gsm8k_train, capsys):
     wrong, message = WRONG_OWN_REWARDS[mistake]
-    assert nb03.check_03_own_reward(wrong, gsm8k_train) is nb03.repetition_penalty_reference
+    assert nb03.check_03_own_reward(wrong, gsm8k_train) is own_reward.repetition_penalty_reference
     out = capsys.readouterr().out
     assert "❌ 03.8 your own reward: not yet:" in out
     assert message in out, out
@@ -509,4 +510,4 @@ def test_the_own_reward_is_run_by_trl_itself(gsm8k_train):
 
     assert nb03.check_03_own_reward(counted, gsm8k_train) is counted
     assert all({"log_extra", "log_metric", "trainer_state", "answer"} <= set(keys) for keys in calls)
-    assert len(calls) == len(nb03.contract_batches(gsm8k_train)) + 1, "TRL's own call never happened"
+    assert len(calls) == len(own_reward.contract_batches(gsm8k_train)) + 1, "TRL's own call never happened"
