@@ -94,6 +94,7 @@ BENCH_FILES = {
     "results": "make bench",
     "results_heldout": "make bench-heldout",
     "results_heldout_cpu_long": "make bench-heldout HELDOUT_PROFILE=cpu-long",
+    "results_tools": "make bench-tools",
 }
 
 
