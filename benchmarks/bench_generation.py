@@ -43,7 +43,9 @@ from course_utils.cpu_speed.lean_decoder import lean_layers
 from course_utils.cpu_speed.packed_linear import describe_kernels, fastest_kernels, packable_layers
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_model_and_tokenizer
-from course_utils.training.run import load_model_for_training, make_grpo_config, make_lora_config
+from course_utils.training.grpo_config import make_grpo_config
+from course_utils.training.lora_setup import make_lora_config
+from course_utils.training.run import load_model_for_training
 
 REPEATS = 5
 

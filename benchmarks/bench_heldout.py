@@ -36,8 +36,7 @@ from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldou
 from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
 from course_utils.evaluation.stats import mcnemar_exact
 from course_utils.evaluation.tables import paired_counts
-from course_utils.training import lab, monitoring
-from course_utils.training import run as training
+from course_utils.training import lab, monitoring, trained_model
 
 SAMPLES = 8
 SEED = 1  # not the screening's seed 0: the held-out samples are fresh draws
@@ -86,7 +85,7 @@ def main() -> None:
     args = parse_args()
     profile = get_profile(args.profile)
     # A learner's first run has no saved warm start yet: time it, rather than reuse one from an earlier run
-    shutil.rmtree(training.warm_start_model_dir(training.default_run_dir(profile)), ignore_errors=True)
+    shutil.rmtree(trained_model.warm_start_model_dir(trained_model.default_run_dir(profile)), ignore_errors=True)
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
         result = lab.run_training(profile, speedups=SPEEDUPS, **({} if args.seed is None else {"seed": args.seed}))

@@ -34,6 +34,7 @@ from course_utils.core.paths import output_dir
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation import heldout as evaluation
 from course_utils.lesson.rewards import REWARD_NAMES, grpo_reward_weights, max_total_reward
+from course_utils.training import grpo_config, run_folder, trained_model
 from course_utils.training import run as training
 from course_utils.training.memory_measurement import peak_rss_gb
 from course_utils.training.warm_start import warm_start
@@ -58,7 +59,7 @@ def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep
     model, tokenizer = training.load_model_for_training(profile)
     model = warm_start(model, tokenizer, profile, cache=True, speedups=cpu_speed)  # the lab's plug-in, as it trains
     training.clear_run_dir(run_dir)
-    config = training.make_grpo_config(
+    config = grpo_config.make_grpo_config(
         profile,
         run_dir,
         seed=seed,
@@ -71,8 +72,8 @@ def one_run(profile: Any, preset: str, seed: int, run_dir: Path, test: Any, keep
         trainer.train()
     seconds = time.perf_counter() - started
     history = [dict(h) for h in trainer.state.log_history]
-    training.save_final(trainer, tokenizer)
-    trained, eval_tokenizer = training.load_trained_model(profile, run_dir / training.FINAL_DIRNAME)
+    trained_model.save_final(trainer, tokenizer)
+    trained, eval_tokenizer = trained_model.load_trained_model(profile, run_dir / run_folder.FINAL_DIRNAME)
     result = evaluation.evaluate_model(
         trained,
         eval_tokenizer,
@@ -142,7 +143,7 @@ def main() -> None:
     for seed in seeds:  # both presets per seed first, so a stopped benchmark still compares them
         for preset in PRESETS:
             first = not runs
-            run_dir = training.default_run_dir(profile) if first else out_path.parent / f"{preset}-seed{seed}"
+            run_dir = trained_model.default_run_dir(profile) if first else out_path.parent / f"{preset}-seed{seed}"
             runs.append(one_run(profile, preset, seed, run_dir, test, keep_checkpoints=first))
             report = {"profile": profile.name, "cpu": cpu_kind(), "reward_names": REWARD_NAMES, "runs": runs}
             out_path.write_text(json.dumps(report, indent=1, default=str))

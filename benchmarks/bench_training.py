@@ -35,8 +35,7 @@ from transformers import TrainerCallback
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.training import lab, monitoring
-from course_utils.training import run as training
+from course_utils.training import grpo_config, lab, monitoring, trained_model
 from course_utils.training.memory_measurement import peak_rss_gb
 
 
@@ -88,7 +87,7 @@ def main() -> None:
 
     profile = get_profile("cpu")
     # A learner's first run has no saved warm start yet: time it, rather than reuse one from an earlier run
-    shutil.rmtree(training.warm_start_model_dir(training.default_run_dir(profile)), ignore_errors=True)
+    shutil.rmtree(trained_model.warm_start_model_dir(trained_model.default_run_dir(profile)), ignore_errors=True)
     steps, generate = StepTimer(), GenerateTimer()
     load_before = os.getloadavg()[0]
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -113,7 +112,7 @@ def main() -> None:
     print(f"cpu_lab_cpu_minutes: {cpu_minutes:.1f}")
     for name, value in figures.items():
         print(f"cpu_lab_{name}: {value:.3f}")
-    print(f"cpu_lab_reward_max: {training.max_reward(config):.3f}")
+    print(f"cpu_lab_reward_max: {grpo_config.max_reward(config):.3f}")
     per_step = " ".join(f"{e['reward']:.2f}" for e in logs)
     print(f"cpu_lab_rewards_per_step: {per_step}")
     print(f"machine_load_average: {load_before:.1f} -> {os.getloadavg()[0]:.1f} (on {os.cpu_count()} cores)")

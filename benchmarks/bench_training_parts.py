@@ -38,6 +38,7 @@ from course_utils.core.profiles import get_profile
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
 from course_utils.training import run as training
+from course_utils.training.grpo_config import make_grpo_config
 
 COMPLETION_LENGTHS = (45, 96)
 SEQUENCES = 8
@@ -132,7 +133,7 @@ def main() -> None:
     profile = get_profile("cpu").override(warm_start_examples=0, max_steps=1)
     model, tokenizer = training.load_model_for_training(profile)
     with tempfile.TemporaryDirectory() as folder:
-        trainer = training.build_trainer(model, tokenizer, profile, config=training.make_grpo_config(profile, folder))
+        trainer = training.build_trainer(model, tokenizer, profile, config=make_grpo_config(profile, folder))
         # the plug-in's parts that act on this bench's training passes, as while the lab trains
         parts = ("reuse_freed_memory", "score_completions_only")
         with cpu_speed.enabled(trainer, parts=parts, profile=profile) as speedups:

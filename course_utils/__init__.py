@@ -19,11 +19,15 @@
     the stand-in the rehearsal and ``make gpu-check`` load), ``tool_use`` (the calculator tool, GSM8K's notes as tool
     calls), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
-    TRL computes them), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up
-    report).
+    TRL computes them), ``multi_reward`` (several rewards made into one advantage: TRL's weighted sum and GDPO's
+    normalise-then-sum, by hand), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the
+    set-up report).
 ``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
-    ``run`` (config, LoRA, training prompts, trainer, saving), ``run_folder`` (the folders the course marks and
-    alone clears, complete checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
+    ``grpo_config`` (``GRPOConfig`` from a profile, the generation batch checked), ``config_tables`` (a config's
+    fields shown, the "golden config" translated), ``lora_setup`` (LoRA from a profile), ``grpo_prompts`` (the
+    training prompts), ``run`` (the model in its training dtype, the trainer), ``trained_model`` (where a run's
+    result lives, saved and loaded), ``run_folder`` (the folders the course marks and alone clears, complete
+    checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
     ``monitoring`` (log history, dashboard, monitoring rules), ``preflight`` (checks before the first step),
     ``config_reading`` (a planned run's settings read as TRL reads them), ``preflight_memory`` (its memory check:
     the estimate from a config and a model, against the machine),
@@ -35,12 +39,15 @@
     ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics``
     (completions scored against gold answers), ``tables`` (models compared on the same problems), ``heldout``
     (greedy generation on held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1,
-    pass@k, maj@k), ``curves`` (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants
-    side by side, a reward hack caught).
+    pass@k, maj@k), ``curves`` (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants,
+    GDPO's included, as ``GRPOConfig`` fields, each trained from one start), ``variant_tables`` (variant runs
+    compared against the seed noise and recorded), ``reward_hack`` (a bonus the policy climbs, caught and fixed).
 ``exercises``: the checks a notebook calls; imports every group above.
-    ``comparison`` (verdicts, a learner's function compared with the reference, what a check hands back), one
+    ``verdicts`` (the verdict a check prints, what it hands back), ``comparison`` (a learner's function run next
+    to the reference on a bank of cases), ``real_rows`` (real GSM8K rows for the case banks), one
     module a notebook (``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,
-    ``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``).
+    ``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb08_tool_use``,
+    ``nb99_cpu_speed``).
     A notebook with many checks is a package of one module a job: ``nb03_reward_functions`` holds ``trl_calls``
     (a reward called as ``GRPOTrainer`` calls it), ``case_banks`` (the cases 03.1-03.5 run on),
     ``corrected_rewards`` (03.1-03.5), ``value_questions`` (03.6-03.7) and ``own_reward`` (03.8, TRL's contract).

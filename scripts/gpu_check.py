@@ -1,7 +1,7 @@
 """``make gpu-check``: the GPU profiles' training, a few steps each, on this machine's CUDA GPU, in one script.
 
 For the day a GPU is at hand (an instructor's Colab, a lent A100/H100). Each set-up runs in its own process (a
-fresh GPU each time) for ``--steps`` steps with the course's own functions (``course_utils.training.run``):
+fresh GPU each time) for ``--steps`` steps with the course's own functions (``course_utils.training``):
 
 - ``colab-t4``: 4-bit weights (bitsandbytes) + LoRA, gradient checkpointing, the T4 profile's sizes;
 - ``gpu``: 16-bit weights + LoRA, generation with transformers;
@@ -92,7 +92,8 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     import torch
 
     from course_utils.core.profiles import bf16_supported
-    from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config
+    from course_utils.training.grpo_config import make_grpo_config
+    from course_utils.training.run import build_trainer, load_model_for_training
 
     bf16 = bf16_supported()
     profile = check_profile(setup, bf16, steps)
@@ -138,7 +139,7 @@ def run_child(setup: str, model: str, steps: int, tiny_dir: Path) -> tuple[list[
 def machine_lines() -> list[str]:
     import torch
 
-    from course_utils.training.run import vllm_available
+    from course_utils.training.grpo_config import vllm_available
 
     return [
         f"gpu: {torch.cuda.get_device_name(0)}",
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from course_utils.core.profiles import hub_reachable
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
-    from course_utils.training.run import vllm_available
+    from course_utils.training.grpo_config import vllm_available
 
     lines = machine_lines()
     print("\n".join(lines), flush=True)

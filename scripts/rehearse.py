@@ -73,7 +73,7 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 def config_differences(profile_name: str) -> dict[str, tuple[Any, Any]]:
     """``GRPOConfig`` fields whose value in the rehearsal differs from the GPU run's: ``{field: (gpu, rehearsal)}``."""
     from course_utils.core.profiles import PROFILES, get_profile
-    from course_utils.training.run import grpo_config_kwargs
+    from course_utils.training.grpo_config import grpo_config_kwargs
 
     gpu_profile = PROFILES[profile_name]
     with contextlib.redirect_stdout(io.StringIO()):  # the GPU run's vLLM line is about that machine, not this one
@@ -96,8 +96,10 @@ def resume_one_more_step(profile_name: str) -> dict[str, Any]:
     from transformers.trainer_utils import get_last_checkpoint
 
     from course_utils.core.profiles import get_profile
-    from course_utils.training.run import build_trainer, default_run_dir, load_model_for_training, make_grpo_config
+    from course_utils.training.grpo_config import make_grpo_config
+    from course_utils.training.run import build_trainer, load_model_for_training
     from course_utils.training.run_folder import prepare_resume
+    from course_utils.training.trained_model import default_run_dir
 
     profile = get_profile(profile_name)
     run_dir = default_run_dir(profile)
@@ -124,7 +126,8 @@ def quick_four_bit(workdir: Path) -> dict[str, Any]:
     from course_utils.core.profiles import get_profile
     from course_utils.lesson.generation import greedy_generate
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
-    from course_utils.training.run import load_model_for_training, make_lora_config
+    from course_utils.training.lora_setup import make_lora_config
+    from course_utils.training.run import load_model_for_training
 
     model_dir = save_tiny_qwen(workdir / "tiny-qwen2")
     with environment(rehearsal_env("colab-t4", model_dir, workdir / "outputs")), \

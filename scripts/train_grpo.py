@@ -1,6 +1,6 @@
 """Train GRPO from a course profile outside the notebook: one GPU, several GPUs, or several CPU processes.
 
-Notebook 04's steps (course_utils.training.run), from the same profile, with overrides on the command line::
+Notebook 04's steps (course_utils.training), from the same profile, with overrides on the command line::
 
     python scripts/train_grpo.py --profile gpu --set max_steps=200 --set learning_rate=3e-5
     accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 4 scripts/train_grpo.py --profile gpu
@@ -39,18 +39,11 @@ from course_utils.core.profiles import Profile, get_profile, profile_names
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
 from course_utils.lesson.models import ModelUnavailableError
 from course_utils.training import run_folder
+from course_utils.training.grpo_config import check_training_ranges, make_grpo_config, vllm_available
 from course_utils.training.monitoring import StopOnInterrupt, save_run_artifacts
-from course_utils.training.run import (
-    build_trainer,
-    check_training_ranges,
-    default_run_dir,
-    load_model_for_training,
-    make_grpo_config,
-    save_final,
-    vllm_available,
-    warm_start_model_dir,
-)
+from course_utils.training.run import build_trainer, load_model_for_training
 from course_utils.training.run_folder import FINAL_DIRNAME
+from course_utils.training.trained_model import default_run_dir, save_final, warm_start_model_dir
 from course_utils.training.warm_start import warm_start
 
 

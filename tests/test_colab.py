@@ -247,7 +247,7 @@ def test_weights_saved_in_one_runtime_are_read_in_the_next(tmp_path):
 def test_a_trained_model_is_found_in_the_next_runtime_and_its_absence_named_with_the_fallback(tmp_path):
     drive = tmp_path / "drive"
     mount = f"from course_utils.core.paths import keep_outputs_on_drive; keep_outputs_on_drive({str(drive)!r})\n"
-    save = ("from course_utils.training.run import final_model_dir\n"
+    save = ("from course_utils.training.trained_model import final_model_dir\n"
             "from course_utils.training.lab import short_run_profile\n"
             "for p in ('cpu', short_run_profile('cpu')):\n"
             "    folder = final_model_dir(p); folder.mkdir(parents=True); (folder / 'config.json').write_text('{}')\n")

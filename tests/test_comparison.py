@@ -189,11 +189,11 @@ def test_check_against_reference_prints_the_verdict(capsys, monkeypatch):
 def test_the_packages_own_function_is_not_an_answer(capsys):
     import functools
 
-    from course_utils.training.run import check_generation_batch
+    from course_utils.training.grpo_config import check_generation_batch
 
     for borrowed in (check_generation_batch, functools.partial(check_generation_batch, 8)):
         assert not comparison.check_against_reference("04.4", borrowed, check_generation_batch, [], hint="h")
-        assert "the package's own course_utils.training.run.check_generation_batch" in capsys.readouterr().out
+        assert "the package's own course_utils.training.grpo_config.check_generation_batch" in capsys.readouterr().out
 
 
 def test_the_hint_unfolds_on_the_second_failed_try(capsys, monkeypatch):

@@ -18,7 +18,8 @@ from trl import GRPOConfig, SFTConfig
 
 from course_utils.core.profiles import PROFILES
 from course_utils.lesson.models import build_tiny_random_model
-from course_utils.training.run import grpo_config_kwargs, make_lora_config
+from course_utils.training.grpo_config import grpo_config_kwargs
+from course_utils.training.lora_setup import make_lora_config
 from course_utils.training.warm_start import make_sft_config
 
 GPU_PROFILES = [name for name, p in PROFILES.items() if p.device == "cuda"]

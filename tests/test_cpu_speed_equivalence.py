@@ -20,7 +20,8 @@ from trl import GRPOTrainer
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed import versions
-from course_utils.training.run import make_grpo_config, make_lora_config
+from course_utils.training.grpo_config import make_grpo_config
+from course_utils.training.lora_setup import make_lora_config
 
 WORDS = ["<pad>", "<eos>", "<unk>", *(f"w{i}" for i in range(61))]  # a vocabulary of 64
 PROMPT = "w3 w14 w15 w9 w26 w5"

@@ -15,8 +15,7 @@ import pytest
 from notebook_code import _imports, code_cells, exercise, notebook_path
 
 from course_utils.exercises import nb04_train_grpo as nb04
-from course_utils.training import monitoring
-from course_utils.training import run as training
+from course_utils.training import grpo_config, monitoring
 
 MONITORING_HISTORY = [
     {"step": s, "reward": 0.4, "reward_std": 0.5, "completions/mean_length": 64.0,
@@ -101,17 +100,17 @@ def test_04_8_the_solution_passes_and_is_handed_back(capsys):
 
 def test_04_8_the_stub_reads_not_answered_and_the_package_is_handed_back(capsys):
     stub = exercise("04", "generation_batch", copy="notebooks")
-    assert nb04.check_04_generation_batch(stub) is training.check_generation_batch
+    assert nb04.check_04_generation_batch(stub) is grpo_config.check_generation_batch
     out = capsys.readouterr().out
     assert out.startswith("⏳ 04.8 generation batch: not answered yet.")
     assert "continues with the package's training.check_generation_batch." in out
 
 
 def test_04_8_the_packages_own_function_is_not_an_answer(capsys):
-    """``generation_batch = training.check_generation_batch`` passed before; it is the reference, not an answer."""
-    assert nb04.check_04_generation_batch(training.check_generation_batch) is training.check_generation_batch
+    """``generation_batch = grpo_config.check_generation_batch`` passed before; it is the reference, not an answer."""
+    assert nb04.check_04_generation_batch(grpo_config.check_generation_batch) is grpo_config.check_generation_batch
     out = capsys.readouterr().out
-    assert out.startswith("❌ 04.8 generation batch: that is the package's own course_utils.training.run.")
+    assert out.startswith("❌ 04.8 generation batch: that is the package's own course_utils.training.grpo_config.")
     assert "continues with the package's" in out
 
 
@@ -155,13 +154,13 @@ def checks_the_batch_alone(batch, accumulation, num_generations):
     ],
 )
 def test_04_8_wrong_functions_fail_naming_the_case(wrong, case, capsys):
-    assert nb04.check_04_generation_batch(wrong) is training.check_generation_batch
+    assert nb04.check_04_generation_batch(wrong) is grpo_config.check_generation_batch
     out = capsys.readouterr().out
     assert out.startswith("❌ 04.8 generation batch: differs from the reference") and case in out
 
 
 def test_04_8_a_value_is_not_a_function(capsys):
-    assert nb04.check_04_generation_batch(16) is training.check_generation_batch
+    assert nb04.check_04_generation_batch(16) is grpo_config.check_generation_batch
     assert "is not a function" in capsys.readouterr().out
 
 
@@ -192,7 +191,7 @@ def test_the_resume_instruction_uses_only_names_the_notebook_defines():
     assigned = {t.id for n in ast.walk(ast.parse(line)) if isinstance(n, ast.Assign) for t in n.targets}
     used = {n.id for n in ast.walk(ast.parse(line)) if isinstance(n, ast.Name)} - assigned
     assert used - {"model"} <= set(namespace) | bound, used - set(namespace) - bound
-    assert callable(namespace["load_saved_warm_start"]) and callable(namespace["training"].warm_start_model_dir)
+    assert callable(namespace["load_saved_warm_start"]) and callable(namespace["trained_model"].warm_start_model_dir)
     assert "run_dir" in bound
 
 

@@ -23,8 +23,7 @@ from course_utils.exercises import nb04_train_grpo as nb04
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights, load_weights
-from course_utils.training import monitoring
-from course_utils.training import run as training
+from course_utils.training import grpo_config, grpo_prompts, lora_setup, monitoring, trained_model
 from course_utils.training.warm_start import make_sft_config
 
 
@@ -45,12 +44,12 @@ def verdict(capsys) -> str:
 def ci(gsm8k_env):
     """The ci profile, its run folder (in a private output folder) and the weights notebook 03 saved (none)."""
     profile = get_profile("ci")
-    return profile, training.default_run_dir(profile), load_weights()
+    return profile, trained_model.default_run_dir(profile), load_weights()
 
 
 def _grpo(profile, weights, **changes):
     """A learner's GRPOConfig: the course's, with the fields a learner changed."""
-    return training.make_grpo_config(profile, **{"reward_weights": weights, **changes})
+    return grpo_config.make_grpo_config(profile, **{"reward_weights": weights, **changes})
 
 
 def test_04_1_the_solution_passes_and_is_handed_back(ci, capsys):
@@ -260,7 +259,7 @@ def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     ],
 )
 def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny_model, changes, capsys):
-    lora = replace(training.make_lora_config(lora_profile, tiny_model), **changes)
+    lora = replace(lora_setup.make_lora_config(lora_profile, tiny_model), **changes)
     assert nb04.check_lora_config(lora, lora_profile, tiny_model) is lora, verdict(capsys)
 
 
@@ -286,7 +285,7 @@ def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny
     ],
 )
 def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):
-    lora = replace(training.make_lora_config(lora_profile, tiny_model), **changes)
+    lora = replace(lora_setup.make_lora_config(lora_profile, tiny_model), **changes)
     assert nb04.check_lora_config(lora, lora_profile, tiny_model) is not lora
     out = verdict(capsys)
     assert out.startswith("❌ 04.2 LoraConfig: not yet") and named in out, out
@@ -323,7 +322,7 @@ def test_04_2_no_lora_is_right_only_where_the_profile_trains_every_weight(lora_p
     full = lora_profile.override(use_lora=False)
     assert nb04.check_lora_config(None, full, tiny_model) is None
     assert verdict(capsys).startswith("✅ 04.2 LoraConfig: correct.")
-    lora = training.make_lora_config(lora_profile, tiny_model)
+    lora = lora_setup.make_lora_config(lora_profile, tiny_model)
     assert nb04.check_lora_config(lora, full, tiny_model) is None
     assert "this profile trains every weight" in verdict(capsys)
 
@@ -340,7 +339,7 @@ def tokenizer():
 def cpu_lab(gsm8k_env):
     """The cpu lab's warm start: 32 examples in batches of 8 (micro-batches of 2), one epoch: 4 steps."""
     profile = get_profile("cpu")
-    return profile, training.default_run_dir(profile)
+    return profile, trained_model.default_run_dir(profile)
 
 
 def test_04_3_the_solution_passes_and_is_handed_back(cpu_lab, tokenizer, capsys):
@@ -397,7 +396,7 @@ def test_04_3_wrong_configs_fail_naming_the_problem(cpu_lab, tokenizer, changes,
 
 def test_04_3_a_grpo_config_is_not_an_sft_config(cpu_lab, tokenizer, capsys):
     profile, _ = cpu_lab
-    assert isinstance(nb04.check_sft_config(training.make_grpo_config("ci"), profile, tokenizer), SFTConfig)
+    assert isinstance(nb04.check_sft_config(grpo_config.make_grpo_config("ci"), profile, tokenizer), SFTConfig)
     assert "a GRPOConfig, not a SFTConfig" in verdict(capsys)
 
 
@@ -416,8 +415,8 @@ def pieces(gsm8k_env, tokenizer):
     model.save_pretrained(gsm8k_env / "tiny")
     model.config._name_or_path = str(gsm8k_env / "tiny")
     return {
-        "profile": profile, "model": model, "tokenizer": tokenizer, "config": training.make_grpo_config(profile),
-        "lora": training.make_lora_config(profile, model), "train_dataset": training.training_dataset(profile),
+        "profile": profile, "model": model, "tokenizer": tokenizer, "config": grpo_config.make_grpo_config(profile),
+        "lora": lora_setup.make_lora_config(profile, model), "train_dataset": grpo_prompts.training_dataset(profile),
         "dashboard": monitoring.LiveDashboard(show=False),
     }  # fmt: skip
 
@@ -485,7 +484,7 @@ def test_04_4_training_on_the_test_split_fails_and_the_course_trainer_takes_over
 )
 def test_04_4_wrong_calls_fail_naming_the_problem(pieces, changes, named, tokenizer, capsys):
     stand_ins = {
-        "other config": training.make_grpo_config(pieces["profile"]),
+        "other config": grpo_config.make_grpo_config(pieces["profile"]),
         "a dataset without answers": pieces["train_dataset"].remove_columns(["answer", "question", "reasoning"]),
         "another tokenizer": load_tokenizer("ci"),
         "a fresh model": build_tiny_random_model(seed=1),
@@ -500,7 +499,7 @@ def test_04_4_reordered_rewards_pass_only_when_each_keeps_its_weight(pieces, cap
     reordered = [*REWARD_FUNCS[1:], REWARD_FUNCS[0]]
     trainer = _trainer(pieces, reward_funcs=reordered)  # the "initial" weights are all 1.0: nothing changes
     assert _check(pieces, trainer) is trainer, verdict(capsys)
-    weighted = training.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
+    weighted = grpo_config.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
     trainer = _trainer({**pieces, "config": weighted}, reward_funcs=reordered)
     assert _check({**pieces, "config": weighted}, trainer) is not trainer
     assert "each reward's weight" in verdict(capsys)
@@ -508,7 +507,7 @@ def test_04_4_reordered_rewards_pass_only_when_each_keeps_its_weight(pieces, cap
 
 def test_04_4_a_trainer_trl_refuses_shows_trl_s_message(pieces, capsys, monkeypatch):
     """Five weights in the config, four rewards given: GRPOTrainer raises, the answer stays None."""
-    weighted = training.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
+    weighted = grpo_config.make_grpo_config(pieces["profile"], reward_weights=grpo_reward_weights("tuned"))
     changed = {**pieces, "config": weighted}
     _raised(lambda: _trainer(changed, reward_funcs=list(REWARD_FUNCS[:4])), monkeypatch)
     handed = _check(changed, None)

@@ -841,7 +841,7 @@ def test_the_resume_recipe_says_when_there_is_no_saved_warm_start(tmp_path):
 
 
 def test_a_final_model_cut_short_is_named_with_the_fix(tmp_path):
-    from course_utils.training.run import load_trained_model
+    from course_utils.training.trained_model import load_trained_model
 
     folder = tiny_saved_model(tmp_path / "final", cut_short=True)
     with pytest.raises(ValueError, match=rf"trained model in {folder} cannot be loaded .*Train it again"):

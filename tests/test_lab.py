@@ -6,9 +6,10 @@ import pytest
 
 from course_utils.core.profiles import get_profile
 from course_utils.training import lab
+from course_utils.training.grpo_config import GenerationBatchError
 from course_utils.training.lab import SHORT_RUN_FIELDS, short_run_profile, trained_model_or_short_run
-from course_utils.training.run import GenerationBatchError, default_run_dir
-from course_utils.training.run import final_model_dir as trained_model_dir
+from course_utils.training.trained_model import default_run_dir
+from course_utils.training.trained_model import final_model_dir as trained_model_dir
 
 
 def test_short_run_profile_uses_ci_sizes_under_its_own_name() -> None:

@@ -16,6 +16,7 @@ from course_utils.core.profiles import get_profile
 from course_utils.cpu_speed.logit_tiles import kept_tiles_bytes, tiles_fit
 from course_utils.lesson.models import load_model_and_tokenizer
 from course_utils.training import preflight
+from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.memory import (
     GPU_MEMORY_GB,
     estimate_for_profile,
@@ -33,7 +34,6 @@ from course_utils.training.memory_parts import (
     merged_group_parameters,
 )
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_for_profile, spec_from_config
-from course_utils.training.run import make_grpo_config
 
 
 @pytest.fixture(scope="module")

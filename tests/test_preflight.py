@@ -17,6 +17,12 @@ from course_utils.lesson.models import load_model_and_tokenizer, materialize_off
 from course_utils.lesson.token_lengths import reference_length_percentile
 from course_utils.training import preflight
 from course_utils.training.config_reading import config_values, generation_batch, trl_choices
+from course_utils.training.grpo_config import (
+    GenerationBatchError,
+    check_generation_batch,
+    grpo_config_kwargs,
+    vllm_available,
+)
 from course_utils.training.model_shape import QWEN25_05B
 from course_utils.training.preflight import (
     Finding,
@@ -25,12 +31,6 @@ from course_utils.training.preflight import (
     findings_table,
     format_findings,
     raise_for_errors,
-)
-from course_utils.training.run import (
-    GenerationBatchError,
-    check_generation_batch,
-    grpo_config_kwargs,
-    vllm_available,
 )
 
 CPU = {"device": "cpu", "total_memory_gb": 24.0, "available_memory_gb": 20.0}
@@ -80,7 +80,7 @@ def test_divisibility_counts_accumulation_and_processes():
     [((6, 1, 4), "batch-not-divisible"), ((4, 1, 1), "group-too-small"), ((0, 1, 2), "batch-size-invalid")],
 )
 def test_generation_batch_findings_say_what_training_would_raise(sizes, code):
-    """Preflight applies training's own rule (``run.check_generation_batch``): the same refusal, in the same words."""
+    """Preflight applies training's own rule (``grpo_config.check_generation_batch``): the same refusal and words."""
     batch, accumulation, groups = sizes
     config = {**CPU_OK, "per_device_train_batch_size": batch, "gradient_accumulation_steps": accumulation}
     (finding,) = [f for f in check({**config, "num_generations": groups}, hardware=CPU) if f.severity == "error"]

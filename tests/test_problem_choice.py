@@ -9,8 +9,7 @@ import pytest
 
 from course_utils.core.profiles import PROFILES, get_profile
 from course_utils.evaluation.sampling import problem_record
-from course_utils.training import problem_choice
-from course_utils.training import run as training
+from course_utils.training import grpo_prompts, problem_choice
 from course_utils.training.monitoring import (
     correct_share_fifths,
     correct_share_per_step,
@@ -103,7 +102,7 @@ def test_each_list_records_how_it_was_made_and_holds_problems_solved_sometimes(n
 @pytest.mark.parametrize("name", LISTED_PROFILES)
 def test_each_listed_profile_trains_on_its_list_and_every_problem_is_found(gsm8k_env, name):
     profile = get_profile(name)
-    dataset = training.training_dataset(profile)
+    dataset = grpo_prompts.training_dataset(profile)
     listing = problem_choice.load_problem_list(profile.problem_list)
     assert len(dataset) == min(profile.train_size, len(listing["problems"]))
     assert [problem_choice.question_key(q) for q in dataset["question"]] == [

@@ -92,7 +92,7 @@ QWEN_GSM8K_MEDIAN_COMPLETION = 274  # tokens: Qwen2.5-0.5B-Instruct on GSM8K, me
 
 @pytest.mark.parametrize("name", ["colab-t4", "gpu"])
 def test_gpu_profiles_train_lora_at_about_ten_times_the_full_fine_tuning_rate(name):
-    from course_utils.training.run import GOLDEN_CONFIG
+    from course_utils.training.config_tables import GOLDEN_CONFIG
 
     profile = get_profile(name)
     assert profile.use_lora

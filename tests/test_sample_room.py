@@ -11,7 +11,8 @@ import pytest
 
 from course_utils.core.profiles import PROFILES, get_profile
 from course_utils.lesson.data import from_bundled_sample, load_gsm8k
-from course_utils.training.run import fit_to_data, load_model_for_training, training_dataset
+from course_utils.training.grpo_prompts import fit_to_data, training_dataset
+from course_utils.training.run import load_model_for_training
 from course_utils.training.warm_start import warm_start, warm_start_dataset
 
 

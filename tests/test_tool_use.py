@@ -12,10 +12,16 @@ from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.tiny_qwen import save_tiny_qwen
 from course_utils.lesson.tool_use import (
     MAX_EXPRESSION_CHARS,
+    TOOL_USE_REWARD,
+    UNAVAILABLE_MESSAGE,
     CalculatorError,
     calculator,
     note_result,
     tool_call_trace,
+    tool_calls_used,
+    tool_use_reward,
+    trace_coverage,
+    unavailable_calculator,
 )
 
 
@@ -101,7 +107,7 @@ def test_a_trace_needs_text(bad):
         tool_call_trace(*bad)
 
 
-def test_every_training_row_converts_and_the_notes_that_do_not_parse_are_few_and_named():
+def test_every_training_row_converts_and_the_notes_that_do_not_parse_are_few_and_named(gsm8k_env):
     rows = load_gsm8k("train", formatted=True, verbose=False)
     traces = [tool_call_trace(r["reasoning"], r["answer"]) for r in rows]
     calls = sum(t.calls for t in traces)
@@ -109,7 +115,95 @@ def test_every_training_row_converts_and_the_notes_that_do_not_parse_are_few_and
     assert calls > 10 * len(unparsed)  # the notes are arithmetic, nearly all reproduced by the calculator
     assert all(": " in note and note.startswith("<<") for note in unparsed)
     assert all(extract_xml_answer(t.messages[-1]["content"]) == r["answer"] for t, r in zip(traces, rows, strict=True))
-    print(f"{calls} calls, {len(unparsed)} notes left as text, in {len(rows)} rows")
+    coverage = trace_coverage(rows)
+    assert (coverage.rows, coverage.calls, len(coverage.unparsed)) == (len(rows), calls, len(unparsed))
+    assert [note for _, note in coverage.unparsed] == unparsed
+    assert all(note in traces[row].unparsed for row, note in coverage.unparsed)  # each named with its row
+    assert f"{coverage.notes:,} notes, {calls:,} became calculator calls" in str(coverage)
+    print(coverage)
+
+
+def test_raw_rows_count_as_formatted_rows_do():
+    raw = load_gsm8k("train", limit=20, verbose=False)
+    formatted = load_gsm8k("train", formatted=True, limit=20, verbose=False)
+    assert trace_coverage(raw).calls == trace_coverage(formatted).calls > 0
+    assert trace_coverage([{"answer": "No notes here.\n#### 3"}]).parsed_share == 1.0
+
+
+@pytest.mark.parametrize(
+    "rows, error, message",
+    [("a string", TypeError, "sequence of GSM8K rows"), ({"answer": "#### 1"}, TypeError, "sequence of GSM8K rows"),
+     ([], ValueError, "empty"), ([["not", "a", "row"]], TypeError, "row 0 is a list"),
+     ([{"question": "Q"}], ValueError, "row 0 has neither"), (7, TypeError, "sequence of GSM8K rows")],
+)  # fmt: skip
+def test_trace_coverage_refuses_what_is_not_gsm8k_rows(rows, error, message):
+    with pytest.raises(error, match=message):
+        trace_coverage(rows)
+
+
+@pytest.mark.parametrize("expression", ["48/2", "1+1", "__import__('os')", "", None])
+def test_the_unavailable_calculator_refuses_every_call_with_the_same_message(expression):
+    with pytest.raises(CalculatorError, match=UNAVAILABLE_MESSAGE):
+        unavailable_calculator(expression)
+
+
+def test_the_unavailable_calculator_has_the_calculators_signature():
+    from transformers.utils import get_json_schema
+
+    real, unavailable = get_json_schema(calculator), get_json_schema(unavailable_calculator)
+    assert real["function"]["parameters"] == unavailable["function"]["parameters"]
+    assert real["function"]["description"] == unavailable["function"]["description"]
+
+
+def _call(expression):
+    return {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}
+
+
+def _completion(*turns):
+    """Assistant and tool turns: a str is an assistant's text, ("call", expr, text) a call, ("tool", result)."""
+    messages = []
+    for turn in turns:
+        if isinstance(turn, str):
+            messages.append({"role": "assistant", "content": turn})
+        elif turn[0] == "call":
+            messages.append({"role": "assistant", "content": turn[2], "tool_calls": [_call(turn[1])]})
+        else:
+            messages.append({"role": "tool", "name": "calculator", "content": turn[1]})
+    return messages
+
+
+ANSWER_72 = "\n</reasoning>\n<answer>\n72\n</answer>"
+USED = _completion(("call", "48+24", "<reasoning>\n48+24 = "), ("tool", "72"), "72 clips." + ANSWER_72)
+IDLE = _completion(("call", "1+1", "<reasoning>\n"), ("tool", "2"), "48+24 is 72." + ANSWER_72)
+REFUSED = _completion(("call", "x", "<reasoning>\n"), ("tool", "{'error': 'not Name'}"), "72." + ANSWER_72)
+HALF_USED = _completion(("call", "48+24", "<reasoning>\n"), ("tool", "72"), ("call", "9*9", "72 and "),
+                        ("tool", "81"), "so" + ANSWER_72)  # fmt: skip
+WRONG = _completion(("call", "48+25", "<reasoning>\n48+25 = "), ("tool", "73"), "73." + ANSWER_72.replace("72", "73"))
+
+
+@pytest.mark.parametrize(
+    "completion, reward",
+    [(USED, TOOL_USE_REWARD), (IDLE, 0.0), (REFUSED, 0.0), (HALF_USED, TOOL_USE_REWARD / 2), (WRONG, 0.0),
+     (_completion("<reasoning>\n48+24 = 72" + ANSWER_72), 0.0), ("<reasoning>\n72" + ANSWER_72, 0.0)],
+)  # fmt: skip
+def test_the_tool_use_reward_pays_only_for_used_results_in_right_answers(completion, reward):
+    assert tool_use_reward([completion], answer=["72"]) == [reward]
+
+
+def test_calling_for_nothing_never_beats_a_used_call():
+    padded = [*USED[:-1], *_completion(("call", "2+2", "72 clips. "), ("tool", "4")), USED[-1]]
+    assert tool_calls_used(padded) == (2, 1)
+    assert tool_use_reward([padded], answer=["72"])[0] < tool_use_reward([USED], answer=["72"])[0]
+
+
+@pytest.mark.parametrize(
+    "completions, answer, error",
+    [("text", ["72"], TypeError), ({"role": "assistant"}, ["72"], TypeError), (None, ["72"], TypeError),
+     ([USED], None, ValueError), ([USED], "72", ValueError), ([USED, USED], ["72"], ValueError)],
+)  # fmt: skip
+def test_the_tool_use_reward_refuses_calls_that_do_not_pair_up(completions, answer, error):
+    with pytest.raises(error):
+        tool_use_reward(completions, answer=answer)
 
 
 @pytest.fixture(scope="module")

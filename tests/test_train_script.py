@@ -76,7 +76,7 @@ def test_accelerate_configs_are_valid(name):
 @pytest.mark.multiprocess
 def test_two_processes_train_the_ci_profile_and_save_a_model_that_loads(gsm8k_env):
     """DDP on two CPU processes (torchrun, gloo): the same profile and functions as notebook 04."""
-    from course_utils.training.run import load_trained_model
+    from course_utils.training.trained_model import load_trained_model
 
     run_dir = gsm8k_env / "run"
     command = [

@@ -25,15 +25,15 @@ from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.models import build_tiny_random_model, load_model_and_tokenizer
 from course_utils.lesson.rewards import DEFAULT_WEIGHTS, load_weights, save_weights
+from course_utils.training import config_tables, grpo_config, grpo_prompts, lora_setup, run_folder, trained_model
 from course_utils.training import run as training
-from course_utils.training import run_folder
-from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
-from course_utils.training.run import (
+from course_utils.training.grpo_config import (
     GenerationBatchError,
     check_generation_batch,
     grpo_config_kwargs,
     make_grpo_config,
 )
+from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
 from course_utils.training.warm_start import warm_start, warm_start_dataset
 
 matplotlib.use("Agg")
@@ -84,7 +84,7 @@ def test_gpu_profiles_pick_their_precision():
     assert (t4["fp16"], t4["bf16"], t4["use_cpu"]) == (True, False, False)
     gpu = grpo_config_kwargs("gpu")
     assert (gpu["fp16"], gpu["bf16"]) == (False, True)
-    assert gpu["use_vllm"] == training.vllm_available()
+    assert gpu["use_vllm"] == grpo_config.vllm_available()
 
 
 @pytest.mark.parametrize("name", ["ci", "cpu"])
@@ -115,16 +115,16 @@ def test_bad_batch_override_fails_before_trl(tmp_path):
 
 
 def test_golden_config_translation():
-    table = training.golden_config_table()
+    table = config_tables.golden_config_table()
     assert "GRPOTrainingArguments(...)" in set(table["often copied"])
     assert any("beta" in field for field in table["real GRPOConfig field"])
-    config = training.golden_config()
+    config = config_tables.golden_config()
     assert (config.gradient_accumulation_steps, config.learning_rate, config.max_grad_norm) == (16, 5e-6, 0.3)
     assert config.save_steps == 1000 and config.logging_steps == 50
 
 
 def test_config_table_lists_values(tmp_path):
-    table = training.config_table(make_grpo_config("ci", tmp_path))
+    table = config_tables.config_table(make_grpo_config("ci", tmp_path))
     assert table.loc["num_generations", "value"] == get_profile("ci").num_generations
 
 
@@ -140,14 +140,14 @@ def test_cpu_precision_follows_the_precision_path(monkeypatch, path):
     monkeypatch.setenv(PRECISION_ENV_VAR, path)
     for name in ("ci", "cpu"):
         profile = get_profile(name)
-        assert training.precision_flags(profile) == {"bf16": path == "bf16", "fp16": False, "use_cpu": True}
+        assert grpo_config.precision_flags(profile) == {"bf16": path == "bf16", "fp16": False, "use_cpu": True}
         assert profile.training_dtype == {"bf16": "bfloat16", "fp32": "float32"}[path]
 
 
 def test_cpu_precision_auto_is_bf16_only_where_native(monkeypatch):
     monkeypatch.delenv(PRECISION_ENV_VAR, raising=False)
     native = hardware.cpu_supports_bf16()
-    assert training.precision_flags(get_profile("cpu"))["bf16"] is native
+    assert grpo_config.precision_flags(get_profile("cpu"))["bf16"] is native
 
 
 @pytest.mark.parametrize("path", ["bf16", "fp32"])
@@ -162,8 +162,8 @@ def test_lab_model_is_loaded_in_the_precision_path(monkeypatch, path):
 
 def test_lora_config_per_profile(offline_model_and_tokenizer):
     model, _ = offline_model_and_tokenizer
-    assert training.make_lora_config(get_profile("cpu").override(use_lora=False)) is None
-    config = training.make_lora_config("ci", model)
+    assert lora_setup.make_lora_config(get_profile("cpu").override(use_lora=False)) is None
+    config = lora_setup.make_lora_config("ci", model)
     assert set(config.target_modules) == set(get_profile("ci").lora_target_modules)
 
 
@@ -171,10 +171,10 @@ def test_lora_in_the_top_layers_only(offline_model_and_tokenizer):
     """lora_top_layers adapts the top N decoder layers; the gradients stop below them (no backward there)."""
     model, _ = offline_model_and_tokenizer
     depth = model.config.num_hidden_layers
-    config = training.make_lora_config(get_profile("ci").override(lora_top_layers=3), model)
+    config = lora_setup.make_lora_config(get_profile("ci").override(lora_top_layers=3), model)
     assert config.layers_to_transform == [depth - 3, depth - 2, depth - 1]
     every_layer = get_profile("ci").override(lora_top_layers=None)
-    assert training.make_lora_config(every_layer, model).layers_to_transform is None
+    assert lora_setup.make_lora_config(every_layer, model).layers_to_transform is None
     peft_model = get_peft_model(copy.deepcopy(model), config)
     adapted = {int(n.split(".layers.")[1].split(".")[0]) for n, p in peft_model.named_parameters() if p.requires_grad}
     assert adapted == {depth - 3, depth - 2, depth - 1}
@@ -185,17 +185,17 @@ def test_lora_top_layers_bad_values(offline_model_and_tokenizer):
     depth = model.config.num_hidden_layers
     for bad in (0, depth + 1):
         with pytest.raises(ValueError, match=f"from 1 to {depth}"):
-            training.make_lora_config(get_profile("ci").override(lora_top_layers=bad), model)
+            lora_setup.make_lora_config(get_profile("ci").override(lora_top_layers=bad), model)
     with pytest.raises(ValueError, match="lora_top_layers"):  # not a whole number: the profile refuses it first
         get_profile("ci").override(lora_top_layers=1.5)
     with pytest.raises(ValueError, match="pass the model"):
-        training.make_lora_config(get_profile("ci").override(lora_top_layers=2))
+        lora_setup.make_lora_config(get_profile("ci").override(lora_top_layers=2))
 
 
 def test_lora_targets_missing_are_named(offline_model_and_tokenizer):
     model, _ = offline_model_and_tokenizer
     with pytest.raises(ValueError, match=r"\['c_attn'\].*q_proj"):
-        training.lora_targets_in(model, ["q_proj", "c_attn"])
+        lora_setup.lora_targets_in(model, ["q_proj", "c_attn"])
 
 
 def _template_length(tokenizer, messages) -> int:
@@ -206,7 +206,7 @@ def _template_length(tokenizer, messages) -> int:
 def test_prompt_cap_keeps_the_first_problems_that_fit(gsm8k_env, gsm8k_dir, offline_model_and_tokenizer, capsys):
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("cpu").override(problem_list=None, train_size=40, max_prompt_tokens=78)
-    train = training.training_dataset(profile, tokenizer=tokenizer)
+    train = grpo_prompts.training_dataset(profile, tokenizer=tokenizer)
     assert "training on the first 40 problems that fit" in capsys.readouterr().out
     # Independently: walk the raw train file in order and keep the questions whose prompt fits
     expected = []
@@ -226,9 +226,9 @@ def test_prompt_cap_picks_the_same_problems_in_any_block_size(gsm8k_env, offline
     """Prompts are measured a block at a time: blocks of 7 rows (the last kept row mid-block) pick the same rows."""
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("cpu").override(problem_list=None, train_size=12, max_prompt_tokens=80)
-    one_block = training.training_dataset(profile, tokenizer=tokenizer)
-    monkeypatch.setattr(training, "PROMPT_BLOCK_ROWS", 7)
-    small_blocks = training.training_dataset(profile, tokenizer=tokenizer)
+    one_block = grpo_prompts.training_dataset(profile, tokenizer=tokenizer)
+    monkeypatch.setattr(grpo_prompts, "PROMPT_BLOCK_ROWS", 7)
+    small_blocks = grpo_prompts.training_dataset(profile, tokenizer=tokenizer)
     assert small_blocks["question"] == one_block["question"] and len(one_block) == 12
 
 
@@ -236,16 +236,16 @@ def test_prompt_cap_needs_a_tokenizer_and_a_reachable_cap(gsm8k_env, offline_mod
     _, tokenizer = offline_model_and_tokenizer
     capped = get_profile("cpu").override(problem_list=None, train_size=8, max_prompt_tokens=80)
     with pytest.raises(ValueError, match="pass the tokenizer"):
-        training.training_dataset(capped)
+        grpo_prompts.training_dataset(capped)
     with pytest.raises(ValueError, match=r"No GSM8K train prompt has at most 20 tokens.*the shortest has \d+"):
-        training.training_dataset(capped.override(max_prompt_tokens=20), tokenizer=tokenizer)
+        grpo_prompts.training_dataset(capped.override(max_prompt_tokens=20), tokenizer=tokenizer)
 
 
 def test_prompt_cap_with_too_few_problems_warns(gsm8k_env, offline_model_and_tokenizer):
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("cpu").override(problem_list=None, train_size=5000, max_prompt_tokens=72)
     with pytest.warns(UserWarning, match="fewer than train_size=5000"):
-        train = training.training_dataset(profile, tokenizer=tokenizer)
+        train = grpo_prompts.training_dataset(profile, tokenizer=tokenizer)
     assert 0 < len(train) < 5000
 
 
@@ -255,7 +255,7 @@ def test_solution_steps_keep_the_easier_problems_in_file_order(
     _, tokenizer = offline_model_and_tokenizer
     profile = get_profile("cpu").override(problem_list=None, train_size=30, max_solution_steps=2,
                                           max_prompt_tokens=None)  # fmt: skip
-    train = training.training_dataset(profile, tokenizer=tokenizer)
+    train = grpo_prompts.training_dataset(profile, tokenizer=tokenizer)
     assert "Problems of at most 2 solution steps:" in capsys.readouterr().out
     expected = []  # independently: the raw file in order, counting the lines before ####
     for line in (gsm8k_dir / "train.jsonl").read_text().splitlines():
@@ -265,7 +265,7 @@ def test_solution_steps_keep_the_easier_problems_in_file_order(
         if len(expected) == 30:
             break
     assert train["question"] == expected
-    both = training.training_dataset(profile.override(max_prompt_tokens=80), tokenizer=tokenizer)
+    both = grpo_prompts.training_dataset(profile.override(max_prompt_tokens=80), tokenizer=tokenizer)
     assert len(both) == 30
     assert all(solution_steps(text) <= 2 for text in both["reasoning"])
     warm = warm_start_dataset(profile.override(max_prompt_tokens=80))
@@ -281,7 +281,7 @@ def test_solution_steps_count_the_worked_lines_and_refuse_what_is_not_text():
 
 def test_an_unreachable_step_limit_is_refused(gsm8k_env):
     with pytest.raises(ValueError, match="No GSM8K train problem has at most 0 solution steps"):
-        training.training_dataset(get_profile("ci").override(max_solution_steps=0, max_prompt_tokens=None))
+        grpo_prompts.training_dataset(get_profile("ci").override(max_solution_steps=0, max_prompt_tokens=None))
 
 
 def test_profile_preset_reaches_the_config(tmp_path):
@@ -290,7 +290,7 @@ def test_profile_preset_reaches_the_config(tmp_path):
     tuned = get_profile("ci").override(reward_weights="tuned")
     config = make_grpo_config(tuned, tmp_path)
     assert list(config.reward_weights) == list(DEFAULT_WEIGHTS["tuned"])
-    assert training.max_reward(config) == pytest.approx(4.9)
+    assert grpo_config.max_reward(config) == pytest.approx(4.9)
     with pytest.raises(ValueError, match="unknown weight preset"):
         grpo_config_kwargs(get_profile("ci").override(reward_weights="best"), tmp_path)
 
@@ -303,14 +303,14 @@ def test_saved_weights_reach_the_config(tmp_path, monkeypatch):
 
 
 def test_max_reward_follows_the_weights(tmp_path):
-    assert training.max_reward() == pytest.approx(4.0)
+    assert grpo_config.max_reward() == pytest.approx(4.0)
     config = make_grpo_config("ci", tmp_path, reward_weights=[1.0, 0.0, 1.0, 0.0, 1.0])
-    assert training.max_reward(config) == pytest.approx(2.0 + 0.5 + 0.5)
+    assert grpo_config.max_reward(config) == pytest.approx(2.0 + 0.5 + 0.5)
 
 
 def test_missing_trained_model_says_which_notebook(gsm8k_env):
     with pytest.raises(FileNotFoundError, match="04_train_grpo"):
-        training.load_trained_model("ci")
+        trained_model.load_trained_model("ci")
 
 
 # --- Real runs ----------------------------------------------------------------------------------------
@@ -323,9 +323,9 @@ def test_ci_run_end_to_end(gsm8k_env):
     profile = get_profile("ci")
     model, tokenizer = load_model_and_tokenizer(profile)
     model = warm_start(model, tokenizer, profile)
-    assert getattr(model.config, training.WARM_START_MARKER)["examples"] == profile.warm_start_examples
+    assert getattr(model.config, trained_model.WARM_START_MARKER)["examples"] == profile.warm_start_examples
     dashboard = LiveDashboard(show=False)
-    run_dir = training.clear_run_dir(training.default_run_dir(profile))
+    run_dir = training.clear_run_dir(trained_model.default_run_dir(profile))
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[dashboard])
     with cpu_speed.enabled(trainer, profile=profile) as speedups:
         assert speedups.active == cpu_speed.PARTS, "the ci profile runs the cpu lab's speed-ups"
@@ -337,10 +337,10 @@ def test_ci_run_end_to_end(gsm8k_env):
     assert len(logs) == profile.max_steps and all(math.isfinite(e["reward"]) for e in logs)
     paths = save_run_artifacts(trainer.state.log_history, run_dir)
     assert paths["csv"].is_file() and paths["png"].is_file()
-    folder = training.save_final(trainer, tokenizer)
-    assert folder == training.final_model_dir(profile)
+    folder = trained_model.save_final(trainer, tokenizer)
+    assert folder == trained_model.final_model_dir(profile)
     assert (folder / "model.safetensors").is_file(), "a warm-started LoRA run is merged into a full model"
-    reloaded, tok = training.load_trained_model(profile)
+    reloaded, tok = trained_model.load_trained_model(profile)
     assert tok.padding_side == "left" and not hasattr(reloaded, "peft_config")
 
 
@@ -366,7 +366,7 @@ def test_interrupted_run_resumes_to_the_same_final_step(gsm8k_env):
         beta=0.0,
         per_device_train_batch_size=2,
     )
-    run_dir = training.clear_run_dir(training.default_run_dir(profile))
+    run_dir = training.clear_run_dir(trained_model.default_run_dir(profile))
 
     model, tokenizer = load_model_and_tokenizer(profile)
     trainer = training.build_trainer(model, tokenizer, profile, callbacks=[_Crash(at_step=3)])
@@ -399,7 +399,7 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
         train_size=4,
     )
     model = build_tiny_random_model()
-    lora = training.make_lora_config(profile, model)
+    lora = lora_setup.make_lora_config(profile, model)
     assert set(lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     kwargs = grpo_config_kwargs(get_profile("colab-t4"))
     assert kwargs["fp16"] and kwargs["activation_checkpointing"]
@@ -407,7 +407,7 @@ def test_qwen2_gpu_path_on_a_tiny_random_model(gsm8k_env, offline_model_and_toke
     callbacks = {type(callback).__name__ for callback in trainer.callback_handler.callbacks}
     assert "ReuseFreedMemory" not in callbacks, "GPU profiles leave the C allocator alone"
     trainer.train()
-    folder = training.save_final(trainer, tokenizer)
+    folder = trained_model.save_final(trainer, tokenizer)
     assert (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").is_file()
     reloaded = PeftModel.from_pretrained(build_tiny_random_model(), folder)
     saved, loaded = get_peft_model_state_dict(trainer.model), get_peft_model_state_dict(reloaded)
@@ -427,7 +427,7 @@ def test_gpu_profiles_mask_truncated_completions_in_the_config(name, tmp_path):
 
 def test_vllm_colocate_fields_are_real_grpo_fields(monkeypatch, tmp_path):
     """Where vLLM is installed the gpu profile colocates it; the field names must be GRPOConfig's (TRL 1.16)."""
-    monkeypatch.setattr(training, "vllm_available", lambda: True)  # vLLM itself cannot be installed here
+    monkeypatch.setattr(grpo_config, "vllm_available", lambda: True)  # vLLM itself cannot be installed here
     kwargs = grpo_config_kwargs("gpu", tmp_path)
     assert kwargs["use_vllm"] and kwargs["vllm_mode"] == "colocate"
     assert kwargs["vllm_gpu_memory_utilization"] == get_profile("gpu").vllm_gpu_memory_utilization
@@ -436,7 +436,7 @@ def test_vllm_colocate_fields_are_real_grpo_fields(monkeypatch, tmp_path):
 
 
 def test_missing_vllm_is_said_when_the_profile_asks_for_it(tmp_path, capsys):
-    if training.vllm_available():
+    if grpo_config.vllm_available():
         pytest.skip("vllm is installed here")
     assert grpo_config_kwargs("gpu", tmp_path)["use_vllm"] is False
     assert 'pip install ".[vllm]"' in capsys.readouterr().out
@@ -445,16 +445,16 @@ def test_missing_vllm_is_said_when_the_profile_asks_for_it(tmp_path, capsys):
 
 
 def test_report_to_turns_on_tensorboard_and_refuses_unknown_trackers():
-    assert training.report_to_targets("ci") == []
-    assert training.report_to_targets(get_profile("ci").override(report_to="tensorboard")) == ["tensorboard"]
+    assert grpo_config.report_to_targets("ci") == []
+    assert grpo_config.report_to_targets(get_profile("ci").override(report_to="tensorboard")) == ["tensorboard"]
     with pytest.raises(ValueError, match=r"not one of \['none', 'tensorboard', 'trackio'\]"):
-        training.report_to_targets(get_profile("ci").override(report_to="tensorbord"))
+        grpo_config.report_to_targets(get_profile("ci").override(report_to="tensorbord"))
 
 
 def test_report_to_a_tracker_that_is_not_installed_names_the_install(monkeypatch):
-    monkeypatch.setitem(training.RUN_TRACKERS, "trackio", "trackio_package_not_installed")
+    monkeypatch.setitem(grpo_config.RUN_TRACKERS, "trackio", "trackio_package_not_installed")
     with pytest.raises(ValueError, match="pip install trackio_package_not_installed"):
-        training.report_to_targets(get_profile("ci").override(report_to="trackio"))
+        grpo_config.report_to_targets(get_profile("ci").override(report_to="trackio"))
 
 
 @pytest.mark.slow
@@ -483,11 +483,11 @@ def test_clear_run_dir_deletes_an_earlier_run_but_keeps_the_warm_start_and_empty
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "model.safetensors").write_text("weights")
     (tmp_path / "log_history.csv").write_text("step,reward\n")
-    (tmp_path / training.WARM_START_DIRNAME).mkdir()
-    (tmp_path / training.WARM_START_DIRNAME / "config.json").write_text("{}")
+    (tmp_path / run_folder.WARM_START_DIRNAME).mkdir()
+    (tmp_path / run_folder.WARM_START_DIRNAME / "config.json").write_text("{}")
     (tmp_path / "completions").mkdir()  # made by a GRPOTrainer with log_completions=True, before the clearing
     (tmp_path / run_folder.MARKER_FILENAME).write_text("{}")  # the course made this folder
     training.clear_run_dir(tmp_path)
-    kept = ["completions", run_folder.MARKER_FILENAME, training.WARM_START_DIRNAME]
+    kept = ["completions", run_folder.MARKER_FILENAME, run_folder.WARM_START_DIRNAME]
     assert sorted(child.name for child in tmp_path.iterdir()) == kept
-    assert (tmp_path / training.WARM_START_DIRNAME / "config.json").exists()
+    assert (tmp_path / run_folder.WARM_START_DIRNAME / "config.json").exists()

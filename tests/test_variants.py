@@ -9,8 +9,8 @@ import pytest
 
 from course_utils.evaluation import variants
 from course_utils.training.config_reading import on_policy
+from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.preflight import check
-from course_utils.training.run import make_grpo_config
 
 
 def test_every_variant_is_a_real_grpo_config(tmp_path):

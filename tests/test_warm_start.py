@@ -11,7 +11,7 @@ import torch
 from course_utils.core.profiles import get_profile
 from course_utils.lesson.models import build_tiny_random_model, profile_dtype
 from course_utils.lesson.rewards import correctness_reward_func, is_strict_format
-from course_utils.training import run as training
+from course_utils.training import grpo_prompts
 from course_utils.training.warm_start import (
     load_saved_warm_start,
     make_sft_config,
@@ -34,7 +34,7 @@ def test_warm_start_target_is_strict_format_and_correct():
 def test_warm_start_dataset_is_disjoint_from_training(gsm8k_env, offline_model_and_tokenizer):
     profile = get_profile("ci")
     warm = warm_start_dataset(profile)
-    train = training.training_dataset(profile, tokenizer=offline_model_and_tokenizer[1])
+    train = grpo_prompts.training_dataset(profile, tokenizer=offline_model_and_tokenizer[1])
     assert len(warm) == profile.warm_start_examples and len(train) == profile.train_size
     train_questions = {row["question"] for row in train}
     assert not {row["prompt"][-1]["content"] for row in warm} & train_questions

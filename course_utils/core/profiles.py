@@ -90,6 +90,18 @@ class Profile:
     # The CPU speed-ups plug-in (course_utils.cpu_speed): the same computation, faster on a CPU
     cpu_speedups: bool = False
 
+    # The tool run (notebook 08, training.tool_lab): GRPO with GRPOTrainer(tools=[calculator]), the other fields as
+    # above. The chat template it renders with: "own" (the model's; Qwen2.5-Instruct's renders tool calls) or
+    # "trl-qwen2.5" (TRL's vendored Qwen2.5 template on SmolLM2's tokenizer, whose own template has no tool turns)
+    tool_chat_template: str = "own"
+    # SFT on GSM8K's notes as tool-call traces before GRPO (0: none, for a model that calls tools already)
+    tool_warm_start_examples: int = 0
+    # Traces and GRPO problems of at most this many solution steps (None: all); short traces, short SFT steps
+    tool_max_solution_steps: int | None = None
+    tool_max_steps: int | None = None  # GRPO steps of the tool run (None: max_steps)
+    tool_max_completion_length: int | None = None  # tokens of a whole completion, calls and answers included
+    max_tool_calling_iterations: int = 4  # GRPOConfig's: rounds of calls per completion, then it must answer
+
     # Logging and checkpoints: report_to "none" or "tensorboard" (event files in the run folder's runs/)
     logging_steps: int = 1
     save_steps: int = 50
@@ -168,6 +180,12 @@ PROFILES: dict[str, Profile] = {
         eval_max_new_tokens=8,
         pass_k_problems=2,
         pass_k_samples=2,
+        # The tool run's code paths: TRL's Qwen2.5 template on SmolLM2, one trace, one round of calls
+        tool_chat_template="trl-qwen2.5",
+        tool_warm_start_examples=1,
+        tool_max_solution_steps=2,
+        tool_max_completion_length=32,  # room for one call (about 25 tokens) and a few more
+        max_tool_calling_iterations=1,
     ),
     "cpu": Profile(
         name="cpu",
@@ -210,6 +228,14 @@ PROFILES: dict[str, Profile] = {
         eval_max_new_tokens=128,
         # 16 problems x 8 samples x 3 models in a few minutes; make bench-heldout measures 200 (notebook 05 shows both)
         pass_k_problems=16,
+        # The tool run (notebook 08): SmolLM2 with TRL's Qwen2.5 template (training.tool_lab says why it is sound),
+        # a warm start on short traces, then GRPO with the calculator; make bench-tools times it
+        tool_chat_template="trl-qwen2.5",
+        tool_warm_start_examples=48,
+        tool_max_solution_steps=3,
+        tool_max_steps=20,
+        tool_max_completion_length=128,
+        max_tool_calling_iterations=3,
     ),
     "colab-t4": Profile(
         name="colab-t4",

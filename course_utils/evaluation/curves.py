@@ -18,8 +18,8 @@ from course_utils.core.profiles import get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import evaluate_model, merged_unless_quantized
 from course_utils.lesson.models import load_model_and_tokenizer, load_tokenizer, profile_dtype, saved_model_kind
-from course_utils.training.run import warm_start_model_dir
 from course_utils.training.run_folder import CURVE_FILENAME
+from course_utils.training.trained_model import warm_start_model_dir
 from course_utils.training.warm_start import load_saved_warm_start
 
 

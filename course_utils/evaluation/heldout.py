@@ -22,7 +22,7 @@ from course_utils.evaluation.metrics import score_completions
 from course_utils.lesson.data import load_gsm8k, load_splits, train_val_split
 from course_utils.lesson.generation import DecodeTimer, Generation, greedy_generate
 from course_utils.lesson.token_lengths import prompt_token_lengths
-from course_utils.training.run import load_trained_model
+from course_utils.training.trained_model import load_trained_model
 
 
 def rows_to_evaluate(dataset: Any) -> list[dict[str, Any]]:

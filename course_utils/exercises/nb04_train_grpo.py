@@ -54,20 +54,18 @@ from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS
 from course_utils.lesson.token_lengths import recommended_completion_length, token_length_stats
-from course_utils.training.monitoring import monitor
-from course_utils.training.preflight import trl_choices
-from course_utils.training.run import (
+from course_utils.training.grpo_config import (
     check_generation_batch,
-    default_run_dir,
-    lora_targets_in,
     make_grpo_config,
-    make_lora_config,
     precision_flags,
     resolve_reward_weights,
-    top_layer_indices,
-    training_dataset,
     vllm_available,
 )
+from course_utils.training.grpo_prompts import training_dataset
+from course_utils.training.lora_setup import lora_targets_in, make_lora_config, top_layer_indices
+from course_utils.training.monitoring import monitor
+from course_utils.training.preflight import trl_choices
+from course_utils.training.trained_model import default_run_dir
 from course_utils.training.warm_start import WARM_START_MICRO_BATCH, make_sft_config, warm_start_dataset
 
 REFERENCE_ROWS = 200  # GSM8K train rows whose reference answers size max_completion_length

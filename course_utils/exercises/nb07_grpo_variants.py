@@ -26,7 +26,7 @@ from course_utils.exercises.comparison import (
     report_name,
     shown,
 )
-from course_utils.training.run import make_grpo_config
+from course_utils.training.grpo_config import make_grpo_config
 
 CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"
 OFF_POLICY_FIELD = "07.2 the off-policy switch"

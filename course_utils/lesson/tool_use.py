@@ -9,7 +9,11 @@ model the call format before GRPO rewards using it.
 ``calculator`` evaluates arithmetic safely: an AST walk over numbers and ``+ - * / **`` with parentheses, exact
 (fractions, so ``0.1 + 0.2`` is ``0.3``), never ``eval``. Anything else, exponents that would make huge numbers and
 over-long input raise ``CalculatorError``; TRL returns its message to the model as the tool's answer and counts it
-in ``tools/failure_frequency``.
+in ``tools/failure_frequency``. ``unavailable_calculator`` has the same signature and refuses every call: with it,
+a tool-trained model is measured without the tool's help, on the same prompt.
+
+``tool_use_reward`` pays for calls that help: only when the final answer is right, and only for the share of calls
+whose result the completion goes on to use. ``trace_coverage`` says how many notes of a set of rows become calls.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
-from course_utils.core.answer_format import format_answer
+from course_utils.core.answer_format import extract_xml_answer, format_answer
 from course_utils.lesson.data_checks import calculator_notes
+from course_utils.lesson.rewards import answers_match, completion_text
 
 TOOL_NAME = "calculator"
 MAX_EXPRESSION_CHARS = 120  # GSM8K's longest note is far shorter; a long input is a model babbling, not arithmetic
@@ -61,6 +68,21 @@ def calculator(expression: str) -> str:
     except SyntaxError as exc:
         raise CalculatorError(f"not arithmetic: {expression!r} ({exc.msg})") from None
     return format_result(_value(tree.body))
+
+
+UNAVAILABLE_MESSAGE = "the calculator is unavailable: work this step out yourself"
+
+
+def unavailable_calculator(expression: str) -> str:
+    """Compute an arithmetic expression exactly: numbers, + - * / ** and parentheses.
+
+    Args:
+        expression: The arithmetic to compute, for example "48/2" or "(3 + 4) * 2.5".
+
+    Returns:
+        Never a result: every call is refused with ``UNAVAILABLE_MESSAGE``, the error the model reads back.
+    """
+    raise CalculatorError(UNAVAILABLE_MESSAGE)
 
 
 def format_result(value: Fraction) -> str:
@@ -170,3 +192,124 @@ def tool_call_trace(solution: str, answer: str) -> ToolTrace:
     reasoning_end = format_answer("", answer).split("</reasoning>", 1)[1]  # the layout after the reasoning
     trace.messages.append({"role": "assistant", "content": f"{text}{rest}\n</reasoning>{reasoning_end}"})
     return trace
+
+
+# --- How many notes become calls -----------------------------------------------------------------------
+
+
+@dataclass
+class TraceCoverage:
+    """What ``tool_call_trace`` made of a set of rows: the calls, and every note left as text with its row."""
+
+    rows: int
+    calls: int
+    unparsed: list[tuple[int, str]]  # (row index, "<<note>>: why")
+
+    @property
+    def notes(self) -> int:
+        """Every ``<<expression=result>>`` note read: the calls plus the notes left as text."""
+        return self.calls + len(self.unparsed)
+
+    @property
+    def parsed_share(self) -> float:
+        """The share of notes that became calls (1.0 for rows without notes)."""
+        return self.calls / self.notes if self.notes else 1.0
+
+    def __str__(self) -> str:
+        lines = [f"{self.rows:,} rows: {self.notes:,} notes, {self.calls:,} became calculator calls "
+                 f"({self.parsed_share:.2%}), {len(self.unparsed)} stayed as text"]  # fmt: skip
+        lines += [f"  row {row}: {note}" for row, note in self.unparsed]
+        return "\n".join(lines)
+
+
+def _solution_and_answer(row: Any, index: int) -> tuple[str, str]:
+    """A row's worked solution and final answer: formatted rows (``reasoning``, ``answer``) or raw GSM8K rows
+    (``answer`` holding the solution, ``####`` and the number)."""
+    if not isinstance(row, Mapping):
+        raise TypeError(f"row {index} is a {type(row).__name__}, not a GSM8K row (a mapping with 'answer')")
+    reasoning, answer = row.get("reasoning"), row.get("answer")
+    if isinstance(reasoning, str) and isinstance(answer, str):
+        return reasoning, answer.strip()
+    if isinstance(answer, str) and "####" in answer:
+        solution, final = answer.split("####", 1)
+        return solution, final.strip().replace(",", "")
+    raise ValueError(
+        f"row {index} has neither 'reasoning' and 'answer' (load_gsm8k(..., formatted=True)) nor a raw 'answer' "
+        "with '####' (load_gsm8k(...)): pass GSM8K rows"
+    )
+
+
+def trace_coverage(rows: Iterable[Any]) -> TraceCoverage:
+    """Every row's solution turned into a tool trace: how many notes became calls, and which did not, and why."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise TypeError(f"rows must be a sequence of GSM8K rows (a dataset or a list), got {type(rows).__name__}")
+    calls, unparsed, count = 0, [], 0
+    for index, row in enumerate(rows):
+        trace = tool_call_trace(*_solution_and_answer(row, index))
+        calls, count = calls + trace.calls, count + 1
+        unparsed += [(index, note) for note in trace.unparsed]
+    if not count:
+        raise ValueError("rows is empty: pass at least one GSM8K row")
+    return TraceCoverage(count, calls, unparsed)
+
+
+# --- A reward for using the tool -----------------------------------------------------------------------
+
+TOOL_USE_REWARD = 0.5  # a quarter of the correctness reward: a bonus for a right answer, never a goal of its own
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[Decimal]:
+    found = set()
+    for match in _NUMBER.findall(text):
+        try:
+            found.add(Decimal(match.replace(",", "")))
+        except InvalidOperation:
+            continue
+    return found
+
+
+def _result_value(content: Any) -> Decimal | None:
+    """A tool message's result as a number; None for an error (TRL's ``{'error': ...}``) or anything else."""
+    try:
+        return Decimal(str(content).strip())
+    except InvalidOperation:
+        return None
+
+
+def tool_calls_used(completion: Any) -> tuple[int, int]:
+    """(calls made, calls whose result the completion uses): a result is used when a later assistant turn writes
+    it as a number. A refused call (an error message) is never used. A plain-text completion made no calls."""
+    if not isinstance(completion, (list, tuple)):
+        return 0, 0
+    messages = [m for m in completion if isinstance(m, Mapping)]
+    calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+    used = 0
+    for position, message in enumerate(messages):
+        value = _result_value(message.get("content")) if message.get("role") == "tool" else None
+        later = "".join(completion_text(m) for m in messages[position + 1 :] if m.get("role") == "assistant")
+        used += value is not None and value in _numbers(later)
+    return calls, min(used, calls)
+
+
+def tool_use_reward(completions: Any, answer: Any = None, **kwargs: Any) -> list[float]:
+    """``TOOL_USE_REWARD`` x the share of calls whose result is used, for a completion whose answer is right; else 0.
+
+    Why this shape: calling the tool for nothing earns nothing. A wrong answer earns no bonus however many calls it
+    made; a call whose result never reappears in the text (or that was refused) dilutes the share, so padding a
+    right answer with idle calls lowers its reward; a right answer without calls earns the correctness reward only.
+    TRL's signature: ``completions`` as TRL passes them with ``tools=`` (lists of messages), ``answer`` the dataset's
+    gold answers, one per completion.
+    """
+    if completions is None or isinstance(completions, (str, bytes, Mapping)):
+        raise TypeError(f"completions must be a list (one entry per completion), got {type(completions).__name__}")
+    if answer is None or isinstance(answer, (str, bytes)) or len(answer) != len(completions):
+        raise ValueError(
+            "tool_use_reward needs one gold answer per completion: answer=[...] (TRL passes the 'answer' column)"
+        )
+    rewards = []
+    for completion, gold in zip(completions, answer, strict=True):
+        calls, used = tool_calls_used(completion)
+        right = answers_match(extract_xml_answer(completion_text(completion)), gold)
+        rewards.append(TOOL_USE_REWARD * used / calls if right and calls else 0.0)
+    return rewards

@@ -1,6 +1,6 @@
 """A ``GRPOTrainer`` run from a profile, and what is checked before and during it. Imports core and lesson.
 
-Modules: ``run``, ``run_folder``, ``warm_start``, ``monitoring``, ``preflight``, ``config_reading``,
-``preflight_memory``, ``model_shape``, ``memory``, ``memory_parts``, ``memory_measurement``, ``problem_choice``,
-``lab``.
+Modules: ``grpo_config``, ``config_tables``, ``lora_setup``, ``grpo_prompts``, ``run``, ``trained_model``,
+``run_folder``, ``warm_start``, ``monitoring``, ``preflight``, ``config_reading``, ``preflight_memory``,
+``model_shape``, ``memory``, ``memory_parts``, ``memory_measurement``, ``problem_choice``, ``lab``.
 """

@@ -31,10 +31,11 @@ from trl.kernels import ChunkedLogProbFunction
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.lesson.data import load_gsm8k
+from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.memory import estimate_for_profile
 from course_utils.training.memory_parts import BYTES_PER_DTYPE, GB, LOGPROB_TOKEN_CHUNK, LOGPROB_VOCAB_CHUNK
 from course_utils.training.model_shape import ModelSpec, smollm2_spec
-from course_utils.training.run import build_trainer, load_model_for_training, make_grpo_config
+from course_utils.training.run import build_trainer, load_model_for_training
 
 # A fixed mmap threshold makes glibc return every large freed block to the OS at once, so the resident
 # size follows the live tensors instead of the allocator's cache (otherwise it only ever grows).

@@ -38,13 +38,9 @@ from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import switched_on
 from course_utils.lesson.token_lengths import reference_length_percentile
 from course_utils.training.config_reading import config_values, generation_batch, on_policy, trl_choices
+from course_utils.training.grpo_config import GenerationBatchError, check_generation_batch, vllm_available
 from course_utils.training.memory import MemoryEstimate
 from course_utils.training.preflight_memory import estimate_for_config, looks_like_tokenizer, memory_findings
-from course_utils.training.run import (
-    GenerationBatchError,
-    check_generation_batch,
-    vllm_available,
-)
 
 COMPLETION_PERCENTILE = 90
 
@@ -73,7 +69,7 @@ def _batch_finding_code(values: dict[str, Any], steps: int, num_processes: int) 
 
 
 def _check_groups(values: dict[str, Any], num_processes: int, built: bool) -> list[Finding]:
-    """The generation batch TRL would form, checked by the rule training uses (``run.check_generation_batch``)."""
+    """The generation batch TRL would form, checked by training's rule (``grpo_config.check_generation_batch``)."""
     _, steps, problem = generation_batch(values, num_processes, built=built)
     if problem:
         return [

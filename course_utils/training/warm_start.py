@@ -26,15 +26,11 @@ from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.models import saved_model_kind
 from course_utils.training import run_folder
-from course_utils.training.run import (
-    WARM_START_DIRNAME,
-    WARM_START_MARKER,
-    default_run_dir,
-    fit_to_data,
-    make_lora_config,
-    precision_flags,
-    warm_start_model_dir,
-)
+from course_utils.training.grpo_config import precision_flags
+from course_utils.training.grpo_prompts import fit_to_data
+from course_utils.training.lora_setup import make_lora_config
+from course_utils.training.run_folder import WARM_START_DIRNAME
+from course_utils.training.trained_model import WARM_START_MARKER, default_run_dir, warm_start_model_dir
 
 WARM_START_MICRO_BATCH = 2  # warm-start sequences per forward pass (memory); the profile sets the effective batch
 
