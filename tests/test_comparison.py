@@ -1,27 +1,11 @@
-"""The machinery every check uses: comparing a learner's function with the reference, verdicts, what is handed back."""
+"""A learner's function run next to the reference: values, errors and stubs compared, every difference named."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from course_utils.exercises import comparison
-
-
-def test_close_to_takes_numbers_only():
-    """A string or a bool is not a number, however it reads: the answer is used as a number later."""
-    assert comparison.close_to(3.0, 3) and comparison.close_to(3, 3)
-    for not_a_number in ("3.0", "three", None, True, float("nan"), [3.0]):
-        assert not comparison.close_to(not_a_number, 3 if not_a_number is not True else 1), not_a_number
-
-
-@pytest.mark.parametrize("answer", ["16", "1.5", False, True])
-def test_report_number_names_the_kind_expected(answer, capsys):
-    assert not comparison.report_number("00.0 value", answer, float(answer), "hint")
-    assert "a number was expected (an int or a float, no quotes)" in capsys.readouterr().out
-
-
-# --- comparing a learner's function with the reference ------------------------------------------------
+from course_utils.exercises import comparison, verdicts
 
 
 def _parse_int(text):
@@ -109,7 +93,7 @@ def test_a_stub_reads_not_answered_yet_and_the_reference_is_handed_back(stub, ca
     assert not comparison.check_against_reference("t.1", stub, _parse_int, INT_CASES, hint="parse it")
     out = capsys.readouterr().out
     assert "not answered yet" in out and "differs" not in out
-    assert comparison.hand_back("t.1", False, stub, _parse_int, "reference") is _parse_int
+    assert verdicts.hand_back("t.1", False, stub, _parse_int, "reference") is _parse_int
     assert "continues with the package's reference" in capsys.readouterr().out
 
 
@@ -121,7 +105,7 @@ def test_a_function_that_forgets_one_return_is_wrong_not_unanswered(capsys):
 
 def test_a_right_function_is_handed_back_itself(capsys):
     assert comparison.check_against_reference("t.1", _parse_int, _parse_int, INT_CASES, hint="h")
-    assert comparison.hand_back("t.1", True, _parse_int, int, "int") is _parse_int
+    assert verdicts.hand_back("t.1", True, _parse_int, int, "int") is _parse_int
     assert "continues with yours" in capsys.readouterr().out
 
 
@@ -173,7 +157,7 @@ def test_same_values(expected, got, same):
 
 
 def test_check_against_reference_prints_the_verdict(capsys, monkeypatch):
-    monkeypatch.setattr(comparison, "_FAILED_TRIES", {})
+    monkeypatch.setattr(verdicts, "_FAILED_TRIES", {})
     assert comparison.check_against_reference("x", _parse_int, _parse_int, INT_CASES, hint="h")
     assert "same result as the reference on all 4 cases" in capsys.readouterr().out
     assert not comparison.check_against_reference("x", lambda t: 0, _parse_int, INT_CASES, hint="use int()", show=1)
@@ -195,14 +179,3 @@ def test_the_packages_own_function_is_not_an_answer(capsys):
         assert not comparison.check_against_reference("04.4", borrowed, check_generation_batch, [], hint="h")
         assert "the package's own course_utils.training.grpo_config.check_generation_batch" in capsys.readouterr().out
 
-
-def test_the_hint_unfolds_on_the_second_failed_try(capsys, monkeypatch):
-    """The first failure points to the collapsed hint; the second prints it; not answered yet prints none."""
-    monkeypatch.setattr(comparison, "_FAILED_TRIES", {})
-    comparison.report("00.9 value", False, "the secret hint", None)
-    assert "secret" not in capsys.readouterr().out
-    comparison.report("00.9 value", False, "the secret hint", 3)
-    first = capsys.readouterr().out
-    assert "secret" not in first and comparison.HINT_POINTER in first
-    comparison.list_problems("00.9 value", "differs", ["a case"], "the secret hint")
-    assert "Hint: the secret hint" in capsys.readouterr().out

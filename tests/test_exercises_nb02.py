@@ -17,7 +17,7 @@ from notebook_code import exercise
 
 from course_utils.core.answer_format import SYSTEM_PROMPT
 from course_utils.exercises import nb02_gsm8k_data as nb02
-from course_utils.exercises.comparison import is_unanswered
+from course_utils.exercises.verdicts import is_unanswered
 from course_utils.lesson.data_checks import pitfall_outcomes, pitfall_report
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, format_row
 from course_utils.lesson.token_lengths import TokenLengthStats

@@ -1,5 +1,7 @@
-"""The checks the notebooks call, one module a notebook, on the machinery of ``comparison``. Imports every group.
+"""The checks the notebooks call, one module a notebook, on the machinery of ``verdicts``, ``comparison`` and
+``real_rows``. Imports every group.
 
-Modules: ``comparison``, ``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``, ``nb03_reward_functions``,
-``nb04_train_grpo``, ``nb05_evaluate``, ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``.
+Modules: ``verdicts``, ``comparison``, ``real_rows``, ``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``,
+``nb03_reward_functions`` (a package, one module a job), ``nb04_train_grpo``, ``nb05_evaluate``,
+``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``.
 """

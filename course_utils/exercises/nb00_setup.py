@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.core.profiles import PROFILE_ENV_VAR, get_profile
-from course_utils.exercises.comparison import (
-    report_name,
-    report_number,
-)
+from course_utils.exercises.verdicts import report_name, report_number
 
 
 def check_00_profile_variable(answer: Any) -> bool:

@@ -14,14 +14,8 @@ from typing import Any
 
 import torch
 
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    hand_back,
-    kind_of,
-    not_a_function,
-    report_number,
-)
+from course_utils.exercises.comparison import Case, check_against_reference, kind_of, not_a_function
+from course_utils.exercises.verdicts import hand_back, report_number
 from course_utils.lesson.grpo import (
     frac_reward_zero_std,
     group_advantages,

@@ -14,20 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    compare_with_reference,
-    dataset_rows,
-    hand_back,
-    is_unanswered,
-    not_a_function,
-    number_problem,
-    real_row_indices,
-    report,
-    report_number,
-    short_repr,
-)
+from course_utils.exercises.comparison import Case, check_against_reference, compare_with_reference, not_a_function
+from course_utils.exercises.real_rows import dataset_rows, real_row_indices, short_repr
+from course_utils.exercises.verdicts import hand_back, is_unanswered, number_problem, report, report_number
 from course_utils.lesson.data_checks import pitfall_outcomes
 from course_utils.lesson.formatting import (
     build_prompt,

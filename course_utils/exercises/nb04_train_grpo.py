@@ -37,9 +37,8 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
 from course_utils.core.hardware import cpu_precision, cuda_available, cuda_bf16_supported
 from course_utils.core.profiles import Profile
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
+from course_utils.exercises.comparison import Case, check_against_reference
+from course_utils.exercises.verdicts import (
     close_to,
     hand_back,
     is_unanswered,

@@ -15,16 +15,8 @@ from typing import Any
 from course_utils.evaluation.heldout import evaluate_model
 from course_utils.evaluation.metrics import last_number
 from course_utils.evaluation.stats import pass_at_k, wilson_interval
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    field_differences,
-    hand_back,
-    list_problems,
-    not_a_function,
-    report,
-    report_number,
-)
+from course_utils.exercises.comparison import Case, check_against_reference, not_a_function
+from course_utils.exercises.verdicts import field_differences, hand_back, list_problems, report, report_number
 from course_utils.lesson.rewards import answers_match
 
 CHECKER_OPTIONS_05 = ("1000", "1,000", "$1000", "1000.0", "one thousand", "100")

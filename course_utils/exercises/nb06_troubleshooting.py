@@ -10,13 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    hand_back,
-    report_name,
-    report_number,
-)
+from course_utils.exercises.comparison import Case, check_against_reference
+from course_utils.exercises.verdicts import hand_back, report_name, report_number
 from course_utils.training.memory import OOM_BASE, OOM_FIXES, what_if_table
 from course_utils.training.monitoring import THRESHOLDS, WINDOW, flat_reward_cause
 from course_utils.training.preflight import check

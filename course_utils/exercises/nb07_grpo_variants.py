@@ -17,15 +17,8 @@ import numpy as np
 
 from course_utils.core.profiles import Profile
 from course_utils.evaluation.variants import real_difference, variant_fields
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    hand_back,
-    list_problems,
-    report,
-    report_name,
-    shown,
-)
+from course_utils.exercises.comparison import Case, check_against_reference
+from course_utils.exercises.verdicts import hand_back, list_problems, report, report_name, shown
 from course_utils.training.grpo_config import make_grpo_config
 
 CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"

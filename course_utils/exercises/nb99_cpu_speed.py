@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from course_utils.core.hardware import native_bf16
-from course_utils.exercises.comparison import Case, check_against_reference, hand_back
+from course_utils.exercises.comparison import Case, check_against_reference
+from course_utils.exercises.verdicts import hand_back
 
 # torch's kernel level, the CPU flags of a Linux machine
 PRECISION_CASES: tuple[tuple[str, frozenset[str]], ...] = (

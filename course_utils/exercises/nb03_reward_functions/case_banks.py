@@ -9,15 +9,12 @@ from decimal import Decimal
 from typing import Any
 
 from course_utils.core.answer_format import format_answer
-from course_utils.exercises.comparison import (
-    Case,
-    dataset_rows,
-    real_row_indices,
-)
+from course_utils.exercises.comparison import Case
 from course_utils.exercises.nb03_reward_functions.trl_calls import (
     conversation,
     trl_reward_kwargs,
 )
+from course_utils.exercises.real_rows import dataset_rows, real_row_indices
 from course_utils.lesson.formatting import extract_hash_answer, extract_reasoning
 from course_utils.lesson.widgets import SAMPLE_BANK
 

@@ -9,17 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from course_utils.exercises.comparison import (
-    Case,
-    check_against_reference,
-    hand_back,
-    not_a_function,
-)
+from course_utils.exercises.comparison import Case, check_against_reference, not_a_function
 from course_utils.exercises.nb03_reward_functions.case_banks import batch_cases, mismatch_cases, reward_cases
 from course_utils.exercises.nb03_reward_functions.trl_calls import (
     called_like_trl,
     synchronous,
 )
+from course_utils.exercises.verdicts import hand_back
 from course_utils.lesson import rewards
 
 CORRECTNESS = "03.1 correctness_reward_func"

@@ -13,21 +13,15 @@ import numpy as np
 
 from course_utils.core.answer_format import format_answer
 from course_utils.core.trl_internals import TRLChanged
-from course_utils.exercises.comparison import (
-    dataset_rows,
-    hand_back,
-    list_problems,
-    not_a_function,
-    real_row_indices,
-    report,
-    short_repr,
-)
+from course_utils.exercises.comparison import not_a_function
 from course_utils.exercises.nb03_reward_functions.trl_calls import (
     awaited,
     conversation,
     synchronous,
     trl_reward_kwargs,
 )
+from course_utils.exercises.real_rows import dataset_rows, real_row_indices, short_repr
+from course_utils.exercises.verdicts import hand_back, list_problems, report
 from course_utils.lesson import rewards
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.grpo import trl_reward_values

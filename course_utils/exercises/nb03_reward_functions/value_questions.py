@@ -7,11 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from course_utils.exercises.comparison import (
-    report,
-    report_name,
-    report_number,
-)
+from course_utils.exercises.verdicts import report, report_name, report_number
 from course_utils.lesson.rewards import classic
 
 CLASSIC_COMMA = "03.6 classic correctness on 1,000"
