@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR) REHEARSAL_PA
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout variants clean pins colab-links gpu-check render rehearse rehearse-packages
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout bench-tools variants clean pins colab-links gpu-check render rehearse rehearse-packages
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	touch $(STAMP)
 
 setup: $(STAMP)
-	$(PY) -m course_utils.lesson.models
+	$(PY) -m course_utils.lesson.offline_model
 
 # The learner copies: notebooks/NN_*.ipynb made from solutions/NN_*.ipynb by nbgrader's ClearSolutions
 notebooks: $(STAMP)
@@ -145,6 +145,21 @@ bench-heldout: setup
 	  $(if $(HELDOUT_SEED),--seed $(HELDOUT_SEED)) \
 	  || exit 1; done | tee $(BENCH_HELDOUT_RESULTS).new
 	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
+
+# Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
+# 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems
+# (benchmarks/bench_tools.py; about 30 minutes on 2 cores), written to $(BENCH_TOOLS_RESULTS). TOOLS_KERNELS="ATEN_CPU_
+# CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 path on an AVX-512 machine
+# (the machine's lines say so); TOOLS_ARGS="--notebook04-model <folder>" evaluates a saved notebook 04 model.
+BENCH_TOOLS_RESULTS ?= benchmarks/results_tools.txt
+TOOLS_PROFILE ?= cpu
+TOOLS_KERNELS ?=
+TOOLS_ARGS ?=
+bench-tools: setup
+	@set -o pipefail; for script in benchmarks/bench_00_machine.py benchmarks/bench_tools.py; do echo "# $$script"; \
+	  $(TOOLS_KERNELS) COURSE_PROFILE=$(TOOLS_PROFILE) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script \
+	  --profile $(TOOLS_PROFILE) $(TOOLS_ARGS) || exit 1; done | tee $(BENCH_TOOLS_RESULTS).new
+	@mv $(BENCH_TOOLS_RESULTS).new $(BENCH_TOOLS_RESULTS); echo "written: $(BENCH_TOOLS_RESULTS)"
 
 # The course to look at before running it (scripts/render_course.py): every complete notebook executed under
 # RENDER_PROFILE into rendered/ (committed with its outputs, headed by the machine and date), and build/site/ as

@@ -233,7 +233,7 @@ PROFILES: dict[str, Profile] = {
         tool_chat_template="trl-qwen2.5",
         tool_warm_start_examples=48,
         tool_max_solution_steps=3,
-        tool_max_steps=20,
+        tool_max_steps=16,
         tool_max_completion_length=128,
         max_tool_calling_iterations=3,
     ),

@@ -1,0 +1,170 @@
+"""evaluation.tool_eval: calls run as TRL runs them, the loop's budget and rounds, greedy and sampled scoring with a
+tool, the comparison table, and bad input to every helper.
+
+The loop is tested on a scripted model (``CallingModel``): it writes a call, then the answer it read back, as a
+tool-trained model does, so every branch runs; TRL's parser and Qwen2.5's template run for real. The real tiny Qwen2
+runs the greedy and sampled paths end to end.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.tool_eval import (
+    call_tool,
+    evaluate_sampled_with_tool,
+    evaluate_with_tool,
+    tool_generate,
+    tool_suffix_ids,
+    tool_table,
+)
+from course_utils.lesson.formatting import build_prompt
+from course_utils.lesson.tiny_qwen import save_tiny_qwen
+from course_utils.lesson.tool_use import UNAVAILABLE_MESSAGE, calculator, unavailable_calculator
+from course_utils.training.tool_lab import tool_tokenizer
+
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48/2"}}\n</tool_call><|im_end|>'
+ANSWER = "<reasoning>\nHalf is {result}.\n</reasoning>\n<answer>\n24\n</answer><|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    return save_tiny_qwen(tmp_path_factory.mktemp("tiny") / "qwen")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_qwen):
+    return tool_tokenizer(
+        AutoTokenizer.from_pretrained(tiny_qwen), get_profile("ci").override(tool_chat_template="own")
+    )
+
+
+class CallingModel(torch.nn.Module):
+    """Writes a call until it has read ``calls`` tool answers, then the answer, quoting the last tool answer."""
+
+    def __init__(self, tokenizer, calls: int = 1):
+        super().__init__()
+        self.tokenizer, self.calls = tokenizer, calls
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        replies = []
+        for row, mask in zip(input_ids, attention_mask, strict=True):
+            text = self.tokenizer.decode(row[mask.bool()])
+            answers = text.split("<tool_response>\n")[1:]
+            reply = CALL if len(answers) < self.calls else ANSWER.format(result=answers[-1].split("\n")[0])
+            replies.append(self.tokenizer(reply, add_special_tokens=False)["input_ids"][:max_new_tokens])
+        width = max(len(r) for r in replies)
+        pad = self.tokenizer.pad_token_id
+        new = torch.tensor([r + [pad] * (width - len(r)) for r in replies])
+        return torch.cat([input_ids, new], dim=1)
+
+
+def _rows(n=2):
+    return [
+        {"prompt": build_prompt(f"What is half of 48? ({i})"), "answer": "24", "question": f"q{i}"} for i in range(n)
+    ]
+
+
+def test_a_call_runs_as_trl_runs_it():
+    call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "48/2"}}}
+    assert call_tool(calculator, call) == ("24", False)
+    assert call_tool(unavailable_calculator, call) == (str({"error": UNAVAILABLE_MESSAGE}), True)
+    other = {"type": "function", "function": {"name": "search", "arguments": {}}}
+    assert call_tool(calculator, other) == (str({"error": "Tool search not found."}), True)
+    wrong_arguments = {"type": "function", "function": {"name": "calculator", "arguments": {"x": "1"}}}
+    assert call_tool(calculator, wrong_arguments)[1] is True
+    assert call_tool(calculator, {"type": "retrieval"})[1] is True
+
+
+def test_the_tool_turns_follow_the_templates_own_rendering(tokenizer):
+    suffix = tool_suffix_ids(tokenizer, [{"role": "tool", "name": "calculator", "content": "24"}])
+    assert tokenizer.decode(suffix) == "\n<|im_start|>user\n<tool_response>\n24\n</tool_response><|im_end|>\n" \
+                                       "<|im_start|>assistant\n"  # fmt: skip
+
+
+def test_a_call_is_answered_and_the_model_goes_on_from_the_answer(tokenizer):
+    [rollout] = tool_generate(CallingModel(tokenizer), tokenizer, [build_prompt("Half of 48?")], max_new_tokens=128)
+    assert [m["role"] for m in rollout.messages] == ["assistant", "tool", "assistant"]
+    assert rollout.messages[0]["tool_calls"][0]["function"]["arguments"] == {"expression": "48/2"}
+    assert rollout.messages[1]["content"] == "24" and "Half is 24." in rollout.text
+    assert (rollout.calls, rollout.failures, rollout.truncated) == (1, 0, False) and 0 < rollout.tokens <= 128
+
+
+def test_the_unavailable_calculator_answers_with_its_refusal(tokenizer):
+    [rollout] = tool_generate(CallingModel(tokenizer), tokenizer, [build_prompt("Half of 48?")],
+                              unavailable_calculator, max_new_tokens=128)  # fmt: skip
+    assert UNAVAILABLE_MESSAGE in rollout.messages[1]["content"] and (rollout.calls, rollout.failures) == (1, 1)
+
+
+def test_rounds_of_calls_stop_at_max_calls_and_the_budget_holds(tokenizer):
+    always = CallingModel(tokenizer, calls=99)
+    [rollout] = tool_generate(always, tokenizer, [build_prompt("Q")], max_new_tokens=400, max_calls=2)
+    assert rollout.calls == 2 and rollout.messages[-1].get("tool_calls")  # the third call is left unanswered
+    [short] = tool_generate(always, tokenizer, [build_prompt("Q")], max_new_tokens=40, max_calls=5)
+    assert short.truncated and short.tokens <= 40
+
+
+def test_greedy_evaluation_with_a_tool_counts_calls_and_failures(tokenizer):
+    with_tool = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), batch_size=2, max_new_tokens=128)
+    without = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), unavailable_calculator, batch_size=2,
+                                 max_new_tokens=128)  # fmt: skip
+    assert (
+        with_tool["accuracy"] == 1.0 and with_tool["calls_per_problem"] == 1.0 and with_tool["failure_frequency"] == 0
+    )
+    assert without["failure_frequency"] == 1.0 and without["tool"] == "unavailable_calculator"
+    assert [r["calls"] for r in with_tool["records"]] == [1, 1, 1]
+    models, pairs = tool_table({"with": with_tool, "without": without})
+    assert list(models.index) == ["with", "without"] and pairs.loc["with vs without", "McNemar p"] == 1.0
+
+
+def test_the_real_tiny_qwen_runs_greedy_and_sampled(tiny_qwen, tokenizer):
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen)
+    greedy = evaluate_with_tool(model, tokenizer, _rows(2), max_new_tokens=8)
+    torch.manual_seed(0)
+    sampled = evaluate_sampled_with_tool(model, tokenizer, _rows(2), samples=2, ks=(1, 2), max_new_tokens=8)
+    assert greedy["n"] == 2 and all(r["tokens"] <= 8 for r in greedy["records"])
+    assert len(sampled["records"]) == 2 and 0.0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1.0
+    models, _ = tool_table({"tiny": greedy}, {"tiny": sampled})
+    assert {"pass@1", "pass@2", "pass@2 95% CI", "accuracy 95% CI"} <= set(models.columns)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [({"max_new_tokens": 0}, ValueError, "max_new_tokens"), ({"max_calls": 0}, ValueError, "max_calls"),
+     ({"tool": "calculator"}, TypeError, "must be a function"), ({"tool": lambda a, b: a}, TypeError, "one argument")],
+)  # fmt: skip
+def test_tool_generation_refuses_bad_settings(tokenizer, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        tool_generate(CallingModel(tokenizer), tokenizer, [build_prompt("Q")], **kwargs)
+
+
+def test_a_tokenizer_without_a_tool_parser_is_refused(tiny_qwen):
+    plain = AutoTokenizer.from_pretrained(tiny_qwen)
+    with pytest.raises(ValueError, match="no parser for tool calls"):
+        tool_generate(CallingModel(plain), plain, [build_prompt("Q")])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"samples": 0}, "samples"), ({"ks": (3,)}, "ks must be"), ({"ks": ()}, "ks must be"),
+     ({"prompts_per_batch": 0}, "prompts_per_batch")],
+)  # fmt: skip
+def test_sampled_evaluation_refuses_bad_settings(tokenizer, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate_sampled_with_tool(CallingModel(tokenizer), tokenizer, _rows(1), **({"samples": 2} | kwargs))
+
+
+def test_evaluation_refuses_rows_without_prompts_and_tables_of_other_problems(tokenizer):
+    with pytest.raises(ValueError, match="no chat 'prompt'"):
+        evaluate_with_tool(CallingModel(tokenizer), tokenizer, [{"prompt": "text", "answer": "1"}])
+    with pytest.raises(ValueError, match="batch_size"):
+        evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(1), batch_size=0)
+    one = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(1), max_new_tokens=128)
+    two = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(2), max_new_tokens=128)
+    with pytest.raises(ValueError, match="same set"):
+        tool_table({"one": one, "two": two})
+    with pytest.raises(ValueError, match="at least one"):
+        tool_table({})
