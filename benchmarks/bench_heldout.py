@@ -36,7 +36,7 @@ from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldou
 from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
 from course_utils.evaluation.stats import mcnemar_exact
 from course_utils.evaluation.tables import paired_counts
-from course_utils.training import lab, monitoring, trained_model
+from course_utils.training import lab, monitoring, run_logs, trained_model
 
 SAMPLES = 8
 SEED = 1  # not the screening's seed 0: the held-out samples are fresh draws
@@ -95,7 +95,7 @@ def main() -> None:
     print(f"cpu_lab_minutes: {(time.perf_counter() - started) / 60:.1f}")
     for name, value in figures.items():
         print(f"cpu_lab_{name}: {value:.3f}")
-    logs = monitoring.training_logs(result.trainer.state.log_history)
+    logs = run_logs.training_logs(result.trainer.state.log_history)
     shares = monitoring.correct_share_per_step(result.trainer.state.log_history)
     print("cpu_lab_correct_share_per_step: " + " ".join(f"{share:.2f}" for share in shares))
     print("cpu_lab_kl_per_step: " + " ".join(f"{e['kl']:.4f}" for e in logs if "kl" in e), flush=True)

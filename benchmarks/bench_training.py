@@ -35,7 +35,7 @@ from transformers import TrainerCallback
 
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.training import grpo_config, lab, monitoring, trained_model
+from course_utils.training import grpo_config, lab, monitoring, run_logs, trained_model
 from course_utils.training.memory_measurement import peak_rss_gb
 
 
@@ -96,7 +96,7 @@ def main() -> None:
         result = lab.run_training(profile, callbacks=[steps, generate], speedups=cpu_speed)
     lab_minutes = (time.perf_counter() - started) / 60
     cpu_minutes = (time.process_time() - cpu_started) / 60 / torch.get_num_threads()
-    logs = monitoring.training_logs(result.trainer.state.log_history)
+    logs = run_logs.training_logs(result.trainer.state.log_history)
     config = result.trainer.args
     completions_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
     tokens = sum(e["completions/mean_length"] * completions_per_step for e in logs)

@@ -40,9 +40,10 @@ from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
 from course_utils.lesson.models import ModelUnavailableError
 from course_utils.training import run_folder
 from course_utils.training.grpo_config import check_training_ranges, make_grpo_config, vllm_available
-from course_utils.training.monitoring import StopOnInterrupt, save_run_artifacts
 from course_utils.training.run import build_trainer, load_model_for_training
+from course_utils.training.run_callbacks import StopOnInterrupt
 from course_utils.training.run_folder import FINAL_DIRNAME
+from course_utils.training.run_logs import save_run_artifacts
 from course_utils.training.trained_model import default_run_dir, save_final, warm_start_model_dir
 from course_utils.training.warm_start import warm_start
 

@@ -32,7 +32,8 @@ from course_utils.evaluation.variants import (
     starting_model,
     write_results,
 )
-from course_utils.training.monitoring import monitor, save_run_artifacts
+from course_utils.training.monitoring import monitor
+from course_utils.training.run_logs import save_run_artifacts
 
 REPO = Path(__file__).resolve().parents[1]
 # The CPU plug-in (appendix 99): the same training and sampling, faster on a CPU; COURSE_CPU_SPEEDUPS=0 turns it off

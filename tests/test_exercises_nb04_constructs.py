@@ -23,7 +23,7 @@ from course_utils.exercises import nb04_train_grpo as nb04
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights, load_weights
-from course_utils.training import grpo_config, grpo_prompts, lora_setup, monitoring, trained_model
+from course_utils.training import grpo_config, grpo_prompts, lora_setup, run_callbacks, trained_model
 from course_utils.training.warm_start import make_sft_config
 
 
@@ -417,7 +417,7 @@ def pieces(gsm8k_env, tokenizer):
     return {
         "profile": profile, "model": model, "tokenizer": tokenizer, "config": grpo_config.make_grpo_config(profile),
         "lora": lora_setup.make_lora_config(profile, model), "train_dataset": grpo_prompts.training_dataset(profile),
-        "dashboard": monitoring.LiveDashboard(show=False),
+        "dashboard": run_callbacks.LiveDashboard(show=False),
     }  # fmt: skip
 
 

@@ -27,7 +27,8 @@ from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weight
 from course_utils.training import preflight, run_folder
 from course_utils.training import warm_start as warm
 from course_utils.training.lab import trained_label
-from course_utils.training.monitoring import StopOnInterrupt, load_log_history, save_run_artifacts
+from course_utils.training.run_callbacks import StopOnInterrupt
+from course_utils.training.run_logs import load_log_history, save_run_artifacts
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "train_grpo.py"

@@ -11,19 +11,9 @@ import torch
 from course_utils.exercises import nb04_train_grpo as nb04
 from course_utils.lesson.grpo import frac_reward_zero_std
 from course_utils.lesson.plotting import plot_training_dashboard
-from course_utils.training.monitoring import (
-    Finding,
-    LiveDashboard,
-    compare_runs,
-    describe_findings,
-    flat_reward_cause,
-    load_log_history,
-    monitor,
-    reward_fifths,
-    save_run_artifacts,
-    step_logs,
-    training_logs,
-)
+from course_utils.training.monitoring import Finding, describe_findings, flat_reward_cause, monitor, reward_fifths
+from course_utils.training.run_callbacks import LiveDashboard
+from course_utils.training.run_logs import compare_runs, load_log_history, save_run_artifacts, step_logs, training_logs
 
 matplotlib.use("Agg")
 

@@ -33,7 +33,8 @@ from course_utils.training.grpo_config import (
     grpo_config_kwargs,
     make_grpo_config,
 )
-from course_utils.training.monitoring import LiveDashboard, save_run_artifacts, training_logs
+from course_utils.training.run_callbacks import LiveDashboard
+from course_utils.training.run_logs import save_run_artifacts, training_logs
 from course_utils.training.warm_start import warm_start, warm_start_dataset
 
 matplotlib.use("Agg")

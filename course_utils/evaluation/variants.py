@@ -28,8 +28,9 @@ from course_utils.lesson.rewards import REWARD_FUNCS
 from course_utils.lesson.rewards.hacking import length_bonus_reward_func, paid_length_bonus_reward_func
 from course_utils.training.grpo_config import make_grpo_config, resolve_reward_weights
 from course_utils.training.grpo_prompts import training_dataset
-from course_utils.training.monitoring import reward_fifths, step_logs, training_logs
+from course_utils.training.monitoring import reward_fifths
 from course_utils.training.run import build_trainer, load_model_for_training
+from course_utils.training.run_logs import step_logs, training_logs
 from course_utils.training.warm_start import warm_start
 
 BASELINE = "dapo"

@@ -20,8 +20,8 @@ from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.training.grpo_config import make_grpo_config
-from course_utils.training.monitoring import save_run_artifacts
 from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
+from course_utils.training.run_logs import save_run_artifacts
 from course_utils.training.trained_model import default_run_dir, final_model_dir, find_trained_model, save_final
 from course_utils.training.warm_start import warm_start
 

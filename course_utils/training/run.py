@@ -9,8 +9,9 @@ compare the notebook with it, from the modules that each hold one part of the ru
 4. ``build_trainer(...)`` here: ``GRPOTrainer`` with the course's rewards and their weights.
 5. ``training.trained_model``: ``save_final`` / ``load_trained_model``, the result in the folder notebook 05 loads.
 
-The warm start before GRPO lives in ``course_utils.training.warm_start``; the dashboard, the saved log history and
-the monitoring rules in ``training.monitoring``; ``training.lab`` chains everything for scripts.
+The warm start before GRPO lives in ``course_utils.training.warm_start``; the dashboard in ``training.run_callbacks``,
+the saved log history in ``training.run_logs``, the monitoring rules in ``training.monitoring``; ``training.lab`` chains
+everything for scripts.
 """
 
 from __future__ import annotations

@@ -51,9 +51,9 @@ from course_utils.lesson.tool_use import calculator, tool_call_trace, tool_use_r
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.grpo_prompts import training_dataset
 from course_utils.training.lora_setup import make_lora_config
-from course_utils.training.monitoring import save_run_artifacts
 from course_utils.training.run import clear_run_dir, load_model_for_training
 from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
+from course_utils.training.run_logs import save_run_artifacts
 from course_utils.training.warm_start import warm_start
 
 TOOL_TEMPLATES = ("own", "trl-qwen2.5")
