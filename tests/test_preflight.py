@@ -13,7 +13,8 @@ from trl import GRPOConfig
 from course_utils.core.hardware import KNOWN_HARDWARE
 from course_utils.lesson import token_lengths
 from course_utils.lesson.data import load_gsm8k
-from course_utils.lesson.models import load_model_and_tokenizer, materialize_offline_model
+from course_utils.lesson.models import load_model_and_tokenizer
+from course_utils.lesson.offline_model import materialize_offline_model
 from course_utils.lesson.token_lengths import reference_length_percentile
 from course_utils.training import preflight
 from course_utils.training.config_reading import config_values, generation_batch, trl_choices

@@ -18,7 +18,8 @@ import torch
 
 from course_utils.core.hardware import cpu_precision
 from course_utils.core.profiles import Profile, get_profile, hub_reachable
-from course_utils.lesson.models import ModelUnavailableError, gguf_path, model_source_description
+from course_utils.lesson.models import model_source_description
+from course_utils.lesson.offline_model import ModelUnavailableError, gguf_path
 
 # distribution name -> (why the course needs it, install command)
 COURSE_PACKAGES: dict[str, tuple[str, str]] = {

@@ -35,7 +35,8 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
 from course_utils.core import trl_internals
-from course_utils.lesson.models import build_tiny_random_model, materialize_offline_model
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.lesson.offline_model import materialize_offline_model
 
 SCALES = ("group", "batch", "none")
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")

@@ -23,7 +23,8 @@ import torch
 from transformers import AutoTokenizer
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from course_utils.lesson.models import build_tiny_random_model, materialize_offline_model
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.lesson.offline_model import materialize_offline_model
 
 END_OF_TURN = "<|im_end|>"
 PAD = "<|endoftext|>"

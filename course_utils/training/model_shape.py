@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.profiles import OFFLINE_MODEL_ID, Profile, get_profile
-from course_utils.lesson.models import materialize_offline_model
+from course_utils.lesson.offline_model import materialize_offline_model
 
 
 @dataclass(frozen=True)
