@@ -18,10 +18,10 @@
     ``local_model`` (a GPU profile's model read from a folder, ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's
     architecture at toy sizes with its chat template, the stand-in the rehearsal and ``make gpu-check`` load),
     ``tool_use`` (the calculator tool, GSM8K's notes as tool calls), ``rewards`` (a package: ``corrected``,
-    ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand, and as
-    TRL computes them), ``multi_reward`` (several rewards made into one advantage: TRL's weighted sum and GDPO's
-    normalise-then-sum, by hand), ``plotting`` (every figure), ``widgets`` (the reward lab), ``environment`` (the
-    set-up report).
+    ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand),
+    ``trl_grpo`` (the same numbers from the installed TRL's own ``GRPOTrainer``), ``multi_reward`` (several
+    rewards made into one advantage: TRL's weighted sum and GDPO's normalise-then-sum, by hand), ``plotting``
+    (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up report).
 ``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
     ``grpo_config`` (``GRPOConfig`` from a profile, the generation batch checked), ``config_tables`` (a config's
     fields shown, the "golden config" translated), ``lora_setup`` (LoRA from a profile), ``grpo_prompts`` (the

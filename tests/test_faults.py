@@ -786,12 +786,8 @@ def test_a_damaged_log_history_is_named(tmp_path, name, content):
 def test_group_advantages_of_rewards_with_none_are_trls():
     import torch
 
-    from course_utils.lesson.grpo import (
-        frac_reward_zero_std,
-        group_advantages,
-        trl_frac_reward_zero_std,
-        trl_group_advantages,
-    )
+    from course_utils.lesson.grpo import frac_reward_zero_std, group_advantages
+    from course_utils.lesson.trl_grpo import trl_frac_reward_zero_std, trl_group_advantages
 
     rewards = [1.0, None, 0.0, 2.0, None, None, 0.5, 0.5, 0.5]
     ours = group_advantages(rewards, 3)

@@ -1,6 +1,6 @@
 """Tests for course_utils.lesson.grpo, against the installed TRL's own code.
 
-``grpo.trl_trainer`` builds a real ``GRPOTrainer`` on a tiny random Qwen2 model; the tests let it compute
+``trl_grpo.trl_trainer`` builds a real ``GRPOTrainer`` on a tiny random Qwen2 model; the tests let it compute
 advantages (``_generate_and_score_completions`` with rewards we choose) and the loss (``_compute_loss`` on
 batches we choose), and compare with the by-hand functions. A change in the installed TRL shows up here.
 """
@@ -13,13 +13,15 @@ import pytest
 import torch
 
 from course_utils.lesson.grpo import (
-    FixedRewards,
     clipped_objective,
     frac_reward_zero_std,
     group_advantages,
     grpo_policy_loss,
     k3_kl,
     nanstd,
+)
+from course_utils.lesson.trl_grpo import (
+    FixedRewards,
     trl_frac_reward_zero_std,
     trl_group_advantages,
     trl_loss_case,

@@ -17,7 +17,7 @@ from trl import GRPOTrainer
 
 from course_utils.core import transformers_internals, trl_internals
 from course_utils.core.trl_internals import TRLChanged
-from course_utils.lesson.grpo import trl_reward_extras, trl_reward_values, trl_trainer
+from course_utils.lesson.trl_grpo import trl_reward_extras, trl_reward_values, trl_trainer
 
 PACKAGE = REPO_ROOT / "course_utils"
 GATED = {PACKAGE / "core" / "trl_internals.py", PACKAGE / "core" / "transformers_internals.py"}

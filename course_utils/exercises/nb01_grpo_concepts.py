@@ -16,15 +16,8 @@ import torch
 
 from course_utils.exercises.comparison import Case, check_against_reference, kind_of, not_a_function
 from course_utils.exercises.verdicts import hand_back, report_number
-from course_utils.lesson.grpo import (
-    frac_reward_zero_std,
-    group_advantages,
-    grpo_policy_loss,
-    trl_group_advantages,
-    trl_loss_case,
-    trl_policy_loss,
-    trl_trainer,
-)
+from course_utils.lesson.grpo import frac_reward_zero_std, group_advantages, grpo_policy_loss
+from course_utils.lesson.trl_grpo import trl_group_advantages, trl_loss_case, trl_policy_loss, trl_trainer
 
 ADVANTAGES = "01.1 group advantages"
 POLICY_LOSS = "01.2 clipped loss (dapo)"

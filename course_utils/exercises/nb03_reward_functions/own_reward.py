@@ -24,7 +24,7 @@ from course_utils.exercises.real_rows import dataset_rows, real_row_indices, sho
 from course_utils.exercises.verdicts import hand_back, list_problems, report
 from course_utils.lesson import rewards
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
-from course_utils.lesson.grpo import trl_reward_values
+from course_utils.lesson.trl_grpo import trl_reward_values
 from course_utils.lesson.widgets import SAMPLE_BANK
 
 OWN_REWARD = "03.8 your own reward"

@@ -15,7 +15,7 @@ from typing import Any
 
 from course_utils.lesson import rewards
 from course_utils.lesson.formatting import build_prompt
-from course_utils.lesson.grpo import trl_reward_extras
+from course_utils.lesson.trl_grpo import trl_reward_extras
 
 
 def conversation(text: Any) -> list[dict[str, Any]]:
@@ -25,7 +25,7 @@ def conversation(text: Any) -> list[dict[str, Any]]:
 
 @functools.cache
 def _trl_extras() -> dict[str, Any]:
-    """The installed TRL's extra reward keywords (``lesson.grpo.trl_reward_extras``), read once per process."""
+    """The installed TRL's extra reward keywords (``lesson.trl_grpo.trl_reward_extras``), read once per process."""
     return trl_reward_extras()
 
 
