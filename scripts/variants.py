@@ -1,37 +1,40 @@
 """The full variants table of notebook 07: every variant x several seeds, then the reward hack and its fix.
 
-Prints `name: value` lines (the machine first). The variants go to <output>/variants.csv, variants_logs.csv and
-variants.txt; the reward hack and its fix to hack.csv, hack_logs.csv, hack_completions.csv and hack.txt. Notebook
-07 reads both. `make variants` runs it on the cpu profile; on a 2-core machine the full 30 steps x 9 variants x 2
-seeds take hours, so `--steps` lowers the step count (the same for every variant) and the lines say what ran.
+Prints `name: value` lines (the machine first). The variants go to <output>/<table>.csv, <table>_logs.csv and
+<table>.txt (`--table`, default `variants`); the reward hack and its fix to hack.csv, hack_logs.csv,
+hack_completions.csv and hack.txt. Notebook 07 reads them. `make variants` runs it on the cpu profile; on a 2-core
+machine the full 30 steps x 10 variants x 2 seeds take hours, so `--steps` lowers the step count (the same for
+every variant) and the lines say what ran.
 
     python scripts/variants.py --profile cpu --steps 10 --seeds 0 1
     python scripts/variants.py --profile cpu --no-variants --hack-steps 20   # the reward hack only
+    python scripts/variants.py --steps 10 --eval-size 50 --variants dapo gdpo --no-hack --table variants_gdpo
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import shlex
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_utils import cpu_speed
 from course_utils.core.hardware import cpu_precision, machine_summary
 from course_utils.core.profiles import get_profile
-from course_utils.evaluation.variants import (
-    HACK_TXT,
-    RESULTS_TXT,
-    VARIANTS,
+from course_utils.evaluation.reward_hack import HACK_TXT, run_hack, write_hack_results
+from course_utils.evaluation.variant_tables import (
+    FULL_TABLE,
     differences_from_baseline,
     results_table,
-    run_hack,
-    run_variant,
     seed_summary,
-    starting_model,
+    table_files,
     write_results,
 )
+from course_utils.evaluation.variants import BASELINE, VARIANTS, run_variant, starting_model
 from course_utils.training.monitoring import monitor
 from course_utils.training.run_logs import save_run_artifacts
 
@@ -52,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hack-steps", type=int, default=None, help="GRPO steps of the hack runs (default: --steps)")
     parser.add_argument("--eval-size", type=int, default=None, help="held-out problems per run (default: profile's)")
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks")
+    parser.add_argument("--table", default=FULL_TABLE, help="name of the variants' files (default: %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -62,6 +66,7 @@ class Record:
     output: Path
     txt: str
     lines: list[str]
+    write: Callable[[list, Path], object]
     runs: list = field(default_factory=list)
 
     def emit(self, name: str, value: object) -> None:
@@ -82,7 +87,7 @@ class Record:
             f"accuracy {row['accuracy']:.3f} on {row['problems']} problems, {row['steps']} steps, "
             f"{row['seconds']:.0f} s{note}",
         )
-        write_results(self.runs, self.output)
+        self.write(self.runs, self.output)
         self.save()
 
 
@@ -92,6 +97,7 @@ def header(args, profile, steps: int, hack_steps: int) -> list[str]:
     pairs += list(machine_summary().items())
     pairs += [
         ("cpu_precision_reason", cpu_precision().reason),
+        ("variants_command", shlex.join(["python", "scripts/variants.py", *sys.argv[1:]])),
         ("variants_profile", profile.name),
         ("variants_steps", "none" if args.no_variants else steps),
         ("variants_hack_steps", "none" if args.no_hack else hack_steps),
@@ -115,11 +121,11 @@ def run_variants(args, profile, steps: int, start, record: Record) -> None:
             f"strict_format {row['strict_format']:.3f} ± {row['strict_format_spread']:.3f}, "
             f"accuracy {row['accuracy']:.3f} ± {row['accuracy_spread']:.3f} (spread = max - min)",
         )
-    if "dapo" in set(table["variant"]):
+    if BASELINE in set(table["variant"]):
         gaps = differences_from_baseline(table)
         real = gaps[gaps["real"]]
         record.emit(
-            "real_differences_from_dapo",
+            f"real_differences_from_{BASELINE}",
             "; ".join(f"{r.variant} {r.metric} {r.gap:+.3f}" for r in real.itertuples()) or "none",
         )
 
@@ -142,7 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     hack_steps = args.hack_steps or steps
     args.output.mkdir(parents=True, exist_ok=True)
     lines = header(args, profile, steps, hack_steps)
-    table, hack = Record(args.output, RESULTS_TXT, list(lines)), Record(args.output, HACK_TXT, list(lines))
+    table_txt = table_files(args.table)[2]
+    table = Record(args.output, table_txt, list(lines), lambda runs, folder: write_results(runs, folder, args.table))
+    hack = Record(args.output, HACK_TXT, list(lines), write_hack_results)
     started = time.perf_counter()
     start = starting_model(profile, SPEEDUPS)
     if not args.no_hack and args.hack_first:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.evaluation.variants import hack_rewards
+from course_utils.evaluation.reward_hack import hack_rewards
 from course_utils.lesson.rewards import CORRECT_REWARD, REWARD_FUNCS
 from course_utils.lesson.rewards.hacking import (
     HACK_WEIGHT,

@@ -1,16 +1,21 @@
-"""Notebook 07's variants: real GRPOConfig fields, the seed table, the noise rule, the logged completions."""
+"""Notebook 07's variants: real GRPOConfig fields, the live plan, a real run, GDPO's step, the script."""
 
 from __future__ import annotations
 
 import math
 
-import pandas as pd
+import numpy as np
 import pytest
 
 from course_utils.evaluation import variants
+from course_utils.evaluation.reward_hack import hack_rewards
+from course_utils.evaluation.variant_tables import GDPO_TABLE, logged_completions, table_files
+from course_utils.lesson.models import build_tiny_random_model
+from course_utils.lesson.multi_reward import gdpo_advantages
 from course_utils.training.config_reading import on_policy
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.preflight import check
+from course_utils.training.run import build_trainer
 
 
 def test_every_variant_is_a_real_grpo_config(tmp_path):
@@ -44,9 +49,11 @@ def test_live_plan_covers_trls_distinct_paths_under_ci_and_a_seeded_slice_elsewh
     assert any(fields.get("mask_truncated_completions") for fields in ci)
     assert any(fields.get("num_iterations", 1) > 1 for fields in ci), "an off-policy variant (old log-probs, clipping)"
     assert any(fields.get("importance_sampling_level") == "sequence" for fields in ci)
+    assert any(fields.get("multi_objective_aggregation") == "normalize_then_sum" for fields in ci), "GDPO's path"
     cpu = variants.live_plan("cpu")
     assert len(cpu["seeds"]) >= 2 and set(cpu["variants"]) <= set(variants.VARIANTS)
     assert cpu["fields"] == {}, "the cpu lab's live runs train with the profile's own sizes"
+    assert {"gdpo", variants.WEIGHTED_SUM} <= set(cpu["variants"]), "GDPO trains beside the weighted sum"
     assert variants.live_plan("gpu") == cpu
 
 
@@ -59,129 +66,6 @@ def test_the_ci_plans_fields_are_real_config_fields_that_shrink_each_run(tmp_pat
     assert variants.live_plan("ci")["fields"]["max_completion_length"] == config.max_completion_length, "a copy"
 
 
-def _table():
-    rows = []
-    for name, values in {"dapo": (1.0, 1.2), "grpo": (1.1, 1.3), "dr_grpo": (1.6, 1.7)}.items():
-        for seed, reward in enumerate(values):
-            rows.append(
-                {"variant": name, "seed": seed, "final_reward": reward, "strict_format": 0.5, "accuracy": 0.02 * seed}
-            )
-    return pd.DataFrame(rows)
-
-
-def test_seed_summary_gives_means_and_spreads():
-    summary = variants.seed_summary(_table())
-    assert list(summary.index) == ["dapo", "grpo", "dr_grpo"]
-    assert summary.loc["dapo", "final_reward"] == pytest.approx(1.1)
-    assert summary.loc["dapo", "final_reward_spread"] == pytest.approx(0.2)
-    assert summary.loc["grpo", "seeds"] == 2 and summary.loc["grpo", "strict_format_spread"] == 0
-    with pytest.raises(ValueError, match="lacks column"):
-        variants.seed_summary(_table().drop(columns="accuracy"))
-
-
-@pytest.mark.parametrize(
-    ("first", "second", "real"),
-    [
-        ([1.6, 1.7], [1.0, 1.2], True),
-        ([1.0, 1.2], [1.6, 1.7], True),
-        ([1.1, 1.3], [1.0, 1.2], False),
-        ([1.0, 1.0], [1.0, 1.0], False),
-        ([2.0], [0.0], False),
-    ],
-)
-def test_real_difference_needs_non_overlapping_seeds(first, second, real):
-    assert variants.real_difference(first, second) is real
-
-
-def test_differences_from_baseline_flag_only_gaps_beyond_the_noise():
-    gaps = variants.differences_from_baseline(_table())
-    reward = gaps[gaps["metric"] == "final_reward"].set_index("variant")
-    assert reward.loc["dr_grpo", "real"] and not reward.loc["grpo", "real"]
-    assert reward.loc["grpo", "gap"] == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="baseline 'bnpo' is not in the table"):
-        variants.differences_from_baseline(_table(), baseline="bnpo")
-
-
-def _run(name, seed, rewards):
-    logs = [
-        {"step": i + 1, "loss": 0.0, "reward": r, "entropy": 0.5, "clip_ratio/low_mean": 0.0}
-        for i, r in enumerate(rewards)
-    ]
-    return variants.VariantRun(name, seed, [*logs, {"train_runtime": 1.0}], 0.1, 0.5, 3.0, run_dir=None)
-
-
-def test_runs_make_rows_tables_and_mean_curves():
-    runs = [_run("dapo", 0, [0.0] * 4 + [1.0]), _run("dapo", 1, [0.0] * 4 + [3.0])]
-    table = variants.results_table(runs)
-    assert list(table["final_reward"]) == [1.0, 3.0] and list(table["steps"]) == [5, 5]
-    curves = variants.mean_curves(runs)
-    assert curves["dapo"][-1]["reward"] == 2.0 and curves["dapo"][-1]["step"] == 5
-    assert "completions/mean_length" not in curves["dapo"][0]
-    with pytest.raises(ValueError, match="at least one run"):
-        variants.results_table([])
-
-
-def test_curves_keep_the_clip_ratios_of_the_steps_that_reuse_a_batch():
-    run = _run("gspo", 0, [1.0])
-    run.log_history.insert(1, {"step": 2, "loss": 0.01, "clip_ratio/low_mean": 0.25, "entropy": 0.5})
-    rows = variants.curve_rows([run])
-    assert list(rows["step"]) == [1, 2] and list(rows["clip_ratio/low_mean"]) == [0.0, 0.25]
-    assert variants.results_table([run])["final_reward"].tolist() == [1.0]  # the reward comes from step 1 only
-
-
-def test_results_files_round_trip_and_missing_file(tmp_path):
-    runs = [_run("dapo", 0, [0.0, 1.0, 2.0, 3.0, 4.0]), _run("grpo", 0, [1.0] * 5)]
-    bench = tmp_path / "bench"
-    written = variants.write_results(runs, bench)
-    assert written == [bench / variants.RESULTS_CSV, bench / variants.LOGS_CSV]
-    assert variants.read_results(written[0]).equals(variants.results_table(runs))
-    curves = variants.curves_from_rows(variants.read_results(bench / variants.LOGS_CSV))
-    assert curves == variants.mean_curves(runs) and curves["dapo"][-1]["reward"] == 4.0
-    assert not (bench / variants.HACK_RESULTS_CSV).exists() and not (bench / variants.HACK_COMPLETIONS_CSV).exists()
-    with pytest.raises(FileNotFoundError, match="make variants"):
-        variants.read_results(tmp_path / "nothing.csv")
-
-
-def test_hack_runs_are_recorded_apart_and_keep_a_recorded_table(tmp_path):
-    bench = tmp_path / "bench"
-    variants.write_results([_run("dapo", 0, [1.0] * 5)], bench)
-    table_before = (bench / variants.RESULTS_CSV).read_text()
-    run_dir = tmp_path / "hack-run"
-    (run_dir / "completions").mkdir(parents=True)
-    steps = {"step": [1, 1, 9], "prompt": ["q"] * 3, "completion": ["short", "x " * 60, "y " * 90]}
-    pd.DataFrame({**steps, "length_bonus_reward_func": [0.1, 6.0, 9.0]}).to_parquet(
-        run_dir / "completions" / "completions_00001.parquet"
-    )
-    hack = _run("hack", 0, [1.0, 2.0, 3.0, 4.0, 5.0])
-    hack.run_dir = run_dir
-    written = variants.write_results([hack], bench)
-    names = [variants.HACK_RESULTS_CSV, variants.HACK_LOGS_CSV, variants.HACK_COMPLETIONS_CSV]
-    assert [p.name for p in written] == names
-    assert (bench / variants.RESULTS_CSV).read_text() == table_before
-    samples = pd.read_csv(bench / variants.HACK_COMPLETIONS_CSV)
-    assert sorted(samples["step"]) == [1, 1, 9] and set(samples["variant"]) == {"hack"}
-    assert variants.read_results(bench / variants.HACK_RESULTS_CSV)["variant"].tolist() == ["hack"]
-
-
-def test_logged_completions_reads_trls_parquet_files(tmp_path):
-    folder = tmp_path / "completions"
-    folder.mkdir()
-    frame = pd.DataFrame(
-        {
-            "step": [1, 1],
-            "prompt": [[{"role": "user", "content": "2+2?"}]] * 2,
-            "completion": [[{"role": "assistant", "content": "4"}], [{"role": "assistant", "content": "five"}]],
-            "novelty_reward_func": [0.1, 0.9],
-            "advantage": [-0.7, 0.7],
-        }
-    )
-    frame.to_parquet(folder / "completions_00001.parquet")
-    logged = variants.logged_completions(tmp_path)
-    assert list(logged["completion"]) == ["4", "five"] and logged["prompt"][0] == "2+2?"
-    with pytest.raises(FileNotFoundError, match="log_completions=True"):
-        variants.logged_completions(tmp_path / "empty")
-
-
 def test_compare_variant_fields_says_what_differs():
     assert variants.compare_variant_fields(variants.VARIANTS) == []
     wrong = {**variants.VARIANTS, "gspo": {"importance_sampling_level": "sequence"}, "ppo": {}}
@@ -191,6 +75,46 @@ def test_compare_variant_fields_says_what_differs():
     assert any(line.startswith("gspo: yours") for line in lines)
     [line] = variants.compare_variant_fields(["dapo"])
     assert line == "expected a dict of variant name -> GRPOConfig fields, got list"
+
+
+def test_gdpo_is_trls_normalize_then_sum_beside_the_weighted_sum_it_is_compared_with(tmp_path):
+    gdpo = make_grpo_config("ci", tmp_path / "gdpo", **variants.VARIANTS["gdpo"])
+    weighted = make_grpo_config("ci", tmp_path / "weighted", **variants.VARIANTS[variants.WEIGHTED_SUM])
+    assert gdpo.multi_objective_aggregation == "normalize_then_sum"
+    assert weighted.multi_objective_aggregation == "sum_then_normalize", "TRL's default: the weighted sum"
+    assert "normalize_then_sum" in type(gdpo).__dataclass_fields__["multi_objective_aggregation"].metadata["help"]
+    same = {k: v for k, v in gdpo.to_dict().items() if k not in ("output_dir", "logging_dir", "run_name")}
+    other = {k: v for k, v in weighted.to_dict().items() if k not in ("output_dir", "logging_dir", "run_name")}
+    assert {k for k in same if same[k] != other[k]} == {"multi_objective_aggregation"}
+    assert gdpo.reward_weights == weighted.reward_weights, "the same weights, applied after normalising"
+
+
+@pytest.mark.slow  # a few seconds: one real GRPO step of a tiny model under TRL's normalize_then_sum
+def test_a_cpu_step_under_gdpo_logs_every_reward_and_trls_advantages_are_gdpos(gsm8k_env, offline_model_and_tokenizer):
+    _, tokenizer = offline_model_and_tokenizer
+    funcs, weights = hack_rewards()  # the five rewards and a length bonus that tells every completion apart
+    profile = variants.get_profile("ci").override(train_size=4, max_completion_length=8, lora_top_layers=None)
+    run_dir = gsm8k_env / "gdpo-step"
+    config = make_grpo_config(
+        profile,
+        run_dir,
+        **variants.VARIANTS["gdpo"],
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        reward_weights=weights,
+        log_completions=True,
+    )
+    trainer = build_trainer(build_tiny_random_model(), tokenizer, profile, config=config, reward_funcs=funcs)
+    trainer.train()
+    [logs] = [entry for entry in trainer.state.log_history if "reward" in entry]
+    names = [func.__name__ for func in funcs]
+    assert all(math.isfinite(logs[f"rewards/{name}/mean"]) for name in names)
+    logged = logged_completions(run_dir)
+    assert len(logged) == config.generation_batch_size and logged[names].notna().all().all()
+    ours = gdpo_advantages(logged[names].to_numpy(), weights, config.num_generations)
+    assert np.abs(ours).max() > 0.1, "the length bonus differs within each group, so some advantage is not 0"
+    np.testing.assert_allclose(logged["advantage"], ours, atol=1e-4)
 
 
 @pytest.mark.long  # over 20 s; notebook 07 runs every variant under nbmake
@@ -214,10 +138,8 @@ def test_variants_script_arguments(load_script, tmp_path):
         script.main(["--no-variants", "--no-hack", "--output", str(tmp_path)])
 
 
-def test_recorded_lines_read_name_value_pairs(tmp_path):
-    assert variants.recorded_lines(tmp_path) == {}
-    (tmp_path / "variants.txt").write_text("machine_cpu: Some CPU: 2 GHz\nvariants_steps: 6\nnot a pair\n")
-    assert variants.recorded_lines(tmp_path) == {"machine_cpu": "Some CPU: 2 GHz", "variants_steps": "6"}
-    (tmp_path / variants.HACK_TXT).write_text("variants_hack_steps: 20\n")
-    assert variants.recorded_lines(tmp_path, variants.HACK_TXT) == {"variants_hack_steps": "20"}
-    assert variants.recorded_folder().name == "benchmarks"
+def test_the_gdpo_pair_is_measured_under_its_own_table_name(load_script):
+    script = load_script("variants")
+    args = script.parse_args(["--variants", "dapo", "gdpo", "--no-hack", "--table", GDPO_TABLE])
+    assert args.table == GDPO_TABLE and table_files(args.table)[2] == "variants_gdpo.txt"
+    assert script.parse_args([]).table == "variants"

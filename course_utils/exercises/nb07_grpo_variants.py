@@ -2,7 +2,9 @@
 
 The exercises, in the notebook's order: 07.1 DAPO's clip-higher as ``GRPOConfig`` fields (judged on the real
 config it makes, next to the ``two_iterations`` run it is compared with; hands back the learner's fields or
-``variants.VARIANTS["clip_higher"]``), then at the end 07.2 and 07.3 (values) and 07.4 ``non_overlapping``.
+``variants.VARIANTS["clip_higher"]``), 07.2 GDPO's ``normalize_then_sum`` advantages (against
+``multi_reward.gdpo_advantages``, which follows TRL; hands back the learner's function or it), then at the end
+07.3 and 07.4 (values) and 07.5 ``non_overlapping``.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from typing import Any
 import numpy as np
 
 from course_utils.core.profiles import Profile
-from course_utils.evaluation.variants import real_difference, variant_fields
+from course_utils.evaluation.variant_tables import real_difference
+from course_utils.evaluation.variants import variant_fields
 from course_utils.exercises.comparison import Case, check_against_reference
 from course_utils.exercises.verdicts import hand_back, list_problems, report, report_name, shown
+from course_utils.lesson.multi_reward import gdpo_advantages
+from course_utils.lesson.rewards import DEFAULT_WEIGHTS, REWARD_FUNCS
 from course_utils.training.grpo_config import make_grpo_config
 
 CLIP_HIGHER = "07.1 clip-higher as GRPOConfig fields"
-OFF_POLICY_FIELD = "07.2 the off-policy switch"
-CONSTANT_NORMALISER = "07.3 the length-unbiased constant"
-NON_OVERLAPPING = "07.4 non-overlapping or noise"
+GDPO = "07.2 GDPO's normalise-then-sum"
+OFF_POLICY_FIELD = "07.3 the off-policy switch"
+CONSTANT_NORMALISER = "07.4 the length-unbiased constant"
+NON_OVERLAPPING = "07.5 non-overlapping or noise"
 
 # The run clip-higher is compared with: the same off-policy updates, the symmetric clip.
 COMPARED_WITH = "two_iterations"
@@ -34,6 +40,10 @@ LOGGING_PREFIXES += ("hub_", "disable_tqdm")
 # The largest upper bound that is still a clip: the ratio may grow to 1 + epsilon_high.
 MAX_EPSILON_HIGH = 1.0
 
+GDPO_HINT = (
+    "per group and per reward: subtract the group's mean and divide by its standard deviation (n - 1, as TRL's "
+    "nanstd) plus 1e-4; then the weighted sum per completion; then the same normalisation over the whole batch"
+)
 CLIP_HIGHER_HINT = (
     "clip-higher loosens only the upper end of the ratio's clip range (TRL has a field for that end alone); "
     "everything else stays as in the two_iterations run, which is off-policy: on-policy nothing is ever clipped"
@@ -47,6 +57,14 @@ NON_OVERLAPPING_HINT = (
     "every seed of one variant beats every seed of the other (strictly: a tie overlaps), in either direction; "
     "fewer than 2 seeds on a side says nothing; return a bool, True or False"
 )
+
+
+# Completions as the course's five rewards see them: right and formatted, formatted and wrong, right in prose,
+# no format at all. Their reward rows are the real cases of 07.2.
+HONEST = "<reasoning>\n40 * 25 = 1000\n</reasoning>\n<answer>\n1000\n</answer>"
+WRONG = "<reasoning>\n40 + 25 = 65\n</reasoning>\n<answer>\n65\n</answer>"
+PROSE = "40 times 25 is 1000, so the answer is 1000."
+RAMBLING = "<reasoning>\n" + "Let us think about this carefully. " * 8
 
 
 def _trains_the_same(field: str) -> bool:
@@ -119,12 +137,12 @@ def check_07_clip_higher(fields: Any, profile: Profile | str | None = None) -> A
 
 
 def check_07_off_policy_field(answer: Any) -> bool:
-    """07.2: which ``GRPOConfig`` field, set to 2, makes GSPO's sequence ratio (and clip-higher) change anything?"""
+    """07.3: which ``GRPOConfig`` field, set to 2, makes GSPO's sequence ratio (and clip-higher) change anything?"""
     return report_name(OFF_POLICY_FIELD, answer, OFF_POLICY_FIELDS, OFF_POLICY_HINT)
 
 
 def check_07_constant_normaliser(answer: Any) -> bool:
-    """07.3: which ``loss_type`` divides the summed token losses by a constant (``max_completion_length``)?"""
+    """07.4: which ``loss_type`` divides the summed token losses by a constant (``max_completion_length``)?"""
     return report_name(CONSTANT_NORMALISER, answer, {"dr_grpo"}, CONSTANT_HINT)
 
 
@@ -153,7 +171,55 @@ def same_verdict(expected: bool, got: Any) -> bool:
 
 
 def check_07_non_overlapping(learner: Any) -> bool:
-    """07.4: the learner's ``non_overlapping(first, second)`` against the course's noise rule."""
+    """07.5: the learner's ``non_overlapping(first, second)`` against the course's noise rule."""
     return check_against_reference(
         NON_OVERLAPPING, learner, real_difference, difference_cases(), hint=NON_OVERLAPPING_HINT, same=same_verdict
     )
+
+
+# --- 07.2: GDPO's advantages ----------------------------------------------------------------------------
+
+
+def course_reward_rows(completions: list[str], gold: str) -> np.ndarray:
+    """The course's five rewards of each completion: one row a completion, one column a reward function."""
+    golds = [gold] * len(completions)
+    return np.array([func(prompts=None, completions=completions, answer=golds) for func in REWARD_FUNCS]).T
+
+
+def gdpo_cases() -> list[Case]:
+    """Rewards on different scales, a reward constant in its group, two groups, pairs, zero and tuned weights."""
+    equal, tuned = list(DEFAULT_WEIGHTS["initial"]), list(DEFAULT_WEIGHTS["tuned"])
+    group = course_reward_rows([HONEST, HONEST, WRONG, PROSE], "1000")
+    two_groups = np.vstack([group, course_reward_rows([WRONG, RAMBLING, HONEST, WRONG], "1000")])
+    same_group = np.vstack([group, course_reward_rows([HONEST] * 4, "1000")])
+    scales = [[2.0, 0.1], [0.0, 0.5], [2.0, 0.3], [0.0, 0.2]]
+    return [
+        Case("the course's rewards, one group of 4, equal weights", (group, equal, 4)),
+        Case("the same group, the tuned weights", (group, tuned, 4)),
+        Case("two groups of 4, equal weights", (two_groups, equal, 4)),
+        Case("a group whose completions all earn the same (each reward constant)", (same_group, tuned, 4)),
+        Case("two rewards, scales 2.0 and 0.5, as lists", (scales, [1.0, 1.0], 4)),
+        Case("the same, the second reward weighted 0", (scales, [1.0, 0.0], 4)),
+        Case("pairs, as notebook 04's ci run groups them", (two_groups, tuned, 2)),
+    ]
+
+
+def same_advantages(expected: Any, got: Any) -> bool:
+    """One finite advantage per completion, as the reference's within 1e-5 (a list of numbers counts)."""
+    try:
+        values = np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        return False
+    if values.shape != np.shape(expected) or not np.isfinite(values).all():
+        return False
+    return bool(np.allclose(values, expected, rtol=1e-4, atol=1e-5))
+
+
+def check_07_gdpo(learner: Any) -> Any:
+    """07.2: the learner's ``normalize_then_sum(rewards, weights, group_size)`` against ``gdpo_advantages``.
+
+    Hands back the learner's function when it agrees on every case, else ``gdpo_advantages``, so the next cells,
+    which set it beside the advantages TRL logged, run either way.
+    """
+    passed = check_against_reference(GDPO, learner, gdpo_advantages, gdpo_cases(), hint=GDPO_HINT, same=same_advantages)
+    return hand_back(GDPO, passed, learner, gdpo_advantages, "multi_reward.gdpo_advantages")
