@@ -21,7 +21,8 @@
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand),
     ``trl_grpo`` (the same numbers from the installed TRL's own ``GRPOTrainer``), ``multi_reward`` (several
     rewards made into one advantage: TRL's weighted sum and GDPO's normalise-then-sum, by hand), ``plotting``
-    (every figure), ``widgets`` (the reward lab), ``environment`` (the set-up report).
+    (the lesson's and the training runs' figures), ``evaluation_plots`` (models measured, runs diagnosed),
+    ``widgets`` (the reward lab), ``environment`` (the set-up report).
 ``training``: a ``GRPOTrainer`` run from a profile; imports core and lesson.
     ``grpo_config`` (``GRPOConfig`` from a profile, the generation batch checked), ``config_tables`` (a config's
     fields shown, the "golden config" translated), ``lora_setup`` (LoRA from a profile), ``grpo_prompts`` (the

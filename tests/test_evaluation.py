@@ -41,8 +41,8 @@ from course_utils.exercises.nb05_evaluate import (
     check_05_wilson_lower,
 )
 from course_utils.lesson.data import load_gsm8k, train_val_split
+from course_utils.lesson.evaluation_plots import plot_before_after_rates, plot_speed_and_length
 from course_utils.lesson.models import load_model_and_tokenizer
-from course_utils.lesson.plotting import plot_before_after_rates, plot_speed_and_length
 from course_utils.training.trained_model import final_model_dir as trained_model_dir
 from course_utils.training.trained_model import find_trained_model, warm_start_model_dir
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from course_utils.lesson import plotting
+from course_utils.lesson import evaluation_plots, plotting
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_reward_curve_with_and_without_target():
 
 
 def test_train_vs_validation_uses_two_axes():
-    fig = plotting.plot_train_vs_validation(
+    fig = evaluation_plots.plot_train_vs_validation(
         [{"step": 1, "reward": 0.1}, {"step": 2, "reward": 0.5}], [{"step": 2, "accuracy": 0.2}]
     )
     assert len(fig.axes) == 2
@@ -66,7 +66,7 @@ def test_train_vs_validation_uses_two_axes():
 def test_memory_breakdown_stacks_parts_to_the_total():
     parts = {"weights_gb": [1.0], "reference_model_gb": [0.0], "gradients_gb": [0.5], "optimizer_gb": [1.0],
              "overhead_gb": [0.5], "activations_gb": [2.0], "kv_cache_gb": [1.0]}  # fmt: skip
-    fig = plotting.plot_memory_breakdown(pd.DataFrame(parts, index=["full"]), available_gb=16)
+    fig = evaluation_plots.plot_memory_breakdown(pd.DataFrame(parts, index=["full"]), available_gb=16)
     top = max(bar.get_y() + bar.get_height() for bar in fig.axes[0].patches)
     assert top == pytest.approx(5.0)  # 3.0 of states + the larger of activations (2.0) and KV cache (1.0)
 
@@ -75,7 +75,7 @@ def test_memory_breakdown_stacks_the_kept_packs_where_there_are_any():
     parts = {"weights_gb": [1.0, 1.0], "reference_model_gb": [0.0, 0.0], "gradients_gb": [0.5, 0.5],
              "optimizer_gb": [1.0, 1.0], "overhead_gb": [0.5, 0.5], "kept_packs_gb": [0.0, 0.75],
              "activations_gb": [2.0, 2.0], "kv_cache_gb": [1.0, 1.0]}  # fmt: skip
-    fig = plotting.plot_memory_breakdown(pd.DataFrame(parts, index=["gpu", "cpu"]))
+    fig = evaluation_plots.plot_memory_breakdown(pd.DataFrame(parts, index=["gpu", "cpu"]))
     tops = sorted(bar.get_y() + bar.get_height() for bar in fig.axes[0].patches)
     assert tops[-2:] == pytest.approx([5.0, 5.75]), "the cpu run's bar is taller by its packs"
     assert "kept packs" in [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
@@ -120,15 +120,15 @@ def test_variant_table_draws_bars_with_spread_and_names_missing_columns():
 
 def _stage(rate: float, n: int = 10) -> dict:
     """An evaluation result with every rate at ``rate`` and an interval of ±0.1 around it."""
-    metrics = plotting.STAGE_RATES
+    metrics = evaluation_plots.STAGE_RATES
     return {"n": n} | {m: rate for m in metrics} | {f"{m}_ci": (max(rate - 0.1, 0.0), rate + 0.1) for m in metrics}
 
 
 def test_stage_rates_draw_one_bar_per_stage_and_rate_in_training_order():
     results = {"base": _stage(0.1), "warm start": _stage(0.4), "after GRPO": _stage(0.5)}
-    fig = plotting.plot_stage_rates(results)
+    fig = evaluation_plots.plot_stage_rates(results)
     ax = fig.axes[0]
-    rates = len(plotting.STAGE_RATES)
+    rates = len(evaluation_plots.STAGE_RATES)
     assert len(ax.patches) == 3 * rates
     heights = [bar.get_height() for bar in ax.patches]
     assert heights == pytest.approx([0.1] * rates + [0.4] * rates + [0.5] * rates)  # base, warm start, GRPO
@@ -140,12 +140,12 @@ def test_stage_rates_draw_one_bar_per_stage_and_rate_in_training_order():
 def test_stage_rates_take_two_stages_a_title_and_skip_rates_a_result_lacks():
     base, grpo = _stage(0.2), _stage(0.3)
     del grpo["truncation_rate"]
-    fig = plotting.plot_stage_rates({"base": base, "after GRPO": grpo}, title="base → after GRPO: 10 problems")
+    fig = evaluation_plots.plot_stage_rates({"base": base, "after GRPO": grpo}, title="base → after GRPO: 10 problems")
     ax = fig.axes[0]
-    assert len(ax.patches) == 2 * (len(plotting.STAGE_RATES) - 1)
+    assert len(ax.patches) == 2 * (len(evaluation_plots.STAGE_RATES) - 1)
     assert ax.get_title() == "base → after GRPO: 10 problems"
     with pytest.raises(ValueError, match="at least one"):
-        plotting.plot_stage_rates({})
+        evaluation_plots.plot_stage_rates({})
 
 
 def test_before_after_rates_are_titled_with_the_two_models_drawn():
@@ -154,7 +154,7 @@ def test_before_after_rates_are_titled_with_the_two_models_drawn():
          "trained_ci_low": [0.3], "trained_ci_high": [0.7]},
         index=pd.Index(["accuracy"], name="metric"),
     )  # fmt: skip
-    ax = plotting.plot_before_after_rates(table).axes[0]
+    ax = evaluation_plots.plot_before_after_rates(table).axes[0]
     assert ax.get_title() == "base and trained" and len(ax.patches) == 2
 
 

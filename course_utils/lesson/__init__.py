@@ -2,5 +2,5 @@
 
 Modules: ``data``, ``formatting``, ``data_checks``, ``token_lengths``, ``models``, ``offline_model``,
 ``generation``, ``local_model``, ``tiny_qwen``, ``tool_use``, ``rewards`` (a package), ``grpo``, ``trl_grpo``,
-``multi_reward``, ``plotting``, ``widgets``, ``environment``.
+``multi_reward``, ``plotting``, ``evaluation_plots``, ``widgets``, ``environment``.
 """
