@@ -1,0 +1,147 @@
+"""training.tool_lab: the tool tokenizer, the warm start's traces, the tool run's config, the completion budget in
+TRL's tool loop, and a whole ci tool lab with tools= whose call and failure frequencies are read from its log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl.chat_template_utils import parse_response, qwen2_5_chat_template, supports_tool_calling
+
+from course_utils.core.profiles import get_profile
+from course_utils.lesson.offline_model import materialize_offline_model
+from course_utils.lesson.tiny_qwen import save_tiny_qwen
+from course_utils.lesson.tool_use import calculator, tool_use_reward
+from course_utils.training.run_logs import load_log_history
+from course_utils.training.tool_lab import (
+    TRACE_MAX_TOKENS,
+    completion_budget,
+    make_tool_grpo_config,
+    tool_reward_funcs,
+    tool_run_profile,
+    tool_tokenizer,
+    trace_dataset,
+    trace_rows,
+    trace_tokens,
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    return AutoTokenizer.from_pretrained(materialize_offline_model())
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen(tmp_path_factory):
+    return save_tiny_qwen(tmp_path_factory.mktemp("tiny") / "qwen")
+
+
+def test_smollm2s_own_template_renders_no_tool_turns_and_the_tool_tokenizer_says_so(smollm2_tokenizer):
+    assert not supports_tool_calling(smollm2_tokenizer)
+    with pytest.raises(ValueError, match="does not render tool calls"):
+        tool_tokenizer(smollm2_tokenizer, get_profile("ci").override(tool_chat_template="own"))
+
+
+def test_the_cpu_profiles_put_trls_qwen25_template_on_smollm2(smollm2_tokenizer):
+    own_template = smollm2_tokenizer.chat_template
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    assert tokenizer.chat_template == qwen2_5_chat_template and supports_tool_calling(tokenizer)
+    assert tokenizer.eos_token == "<|im_end|>" and smollm2_tokenizer.chat_template == own_template  # a copy
+    assert tokenizer.convert_tokens_to_ids("<|im_start|>") == smollm2_tokenizer.convert_tokens_to_ids("<|im_start|>")
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48/2"}}\n</tool_call><|im_end|>'
+    header = tokenizer("<|im_start|>assistant\n")["input_ids"]
+    parsed = parse_response(
+        tokenizer, tokenizer(call)["input_ids"], prefix=header
+    )  # TRL's parser, set by the tokenizer
+    assert parsed["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "48/2"}}
+
+
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_gpu_profiles_keep_qwen25s_own_template(name, tiny_qwen):
+    qwen = AutoTokenizer.from_pretrained(tiny_qwen)  # Qwen2.5-Instruct's template, as the Hub's model carries it
+    assert get_profile(name).tool_chat_template == "own"
+    assert tool_tokenizer(qwen, name).chat_template == qwen.chat_template
+
+
+@pytest.mark.parametrize(
+    "tokenizer, changes, error, message",
+    [("tokenizer", {"tool_chat_template": "qwen"}, ValueError, "expected one of"),
+     ("not a tokenizer", {}, TypeError, "transformers tokenizer"), (None, {}, TypeError, "transformers tokenizer")],
+)  # fmt: skip
+def test_the_tool_tokenizer_refuses_bad_input(smollm2_tokenizer, tokenizer, changes, error, message):
+    given = smollm2_tokenizer if tokenizer == "tokenizer" else tokenizer
+    with pytest.raises(error, match=message):
+        tool_tokenizer(given, get_profile("ci").override(**changes))
+
+
+def test_the_traces_hold_prompt_calls_and_the_tools_schema(gsm8k_env, smollm2_tokenizer):
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    profile = get_profile("ci").override(tool_warm_start_examples=3)
+    dataset = trace_dataset(profile, tokenizer)
+    assert dataset.column_names == ["prompt", "completion", "tools"] and len(dataset) == 3
+    assert json.loads(dataset[0]["tools"])[0]["function"]["name"] == "calculator"
+    assert all(any(m["role"] == "tool" for m in row["completion"]) for row in dataset)
+    assert all(trace_tokens(tokenizer, row) <= TRACE_MAX_TOKENS for row in dataset)
+    rows = trace_rows(profile, tokenizer)
+    assert rows == sorted(rows) and rows[-1] < 7473
+
+
+def test_trace_rows_refuse_a_profile_without_traces_or_with_too_many(gsm8k_env, smollm2_tokenizer):
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    with pytest.raises(ValueError, match="no traces"):
+        trace_rows(get_profile("cpu").override(tool_warm_start_examples=0), tokenizer)
+    with pytest.raises(ValueError, match=r"Only \d+ train rows"):
+        trace_rows(get_profile("ci").override(tool_warm_start_examples=10_000, tool_max_solution_steps=1), tokenizer)
+
+
+@pytest.mark.parametrize("name", ["ci", "cpu", "colab-t4"])  # gpu's bf16 config builds only beside a GPU
+def test_the_tool_config_adds_the_tool_loop_and_the_tool_reward(name, tmp_path):
+    profile = get_profile(name)
+    config = make_tool_grpo_config(profile, tmp_path)
+    run = tool_run_profile(profile)
+    assert config.max_tool_calling_iterations == profile.max_tool_calling_iterations
+    assert config.max_completion_length == run.max_completion_length and config.max_steps == run.max_steps
+    assert len(config.reward_weights) == len(tool_reward_funcs()) and tool_reward_funcs()[-1] is tool_use_reward
+    assert run.name == f"{name}-tools" and run.problem_list is None
+
+
+def test_a_round_after_a_tool_answer_asks_only_for_the_budget_left(tiny_qwen):
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)
+    header = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    prompt = tokenizer("<|im_start|>user\nHi<|im_end|>\n", add_special_tokens=False)["input_ids"] + header
+    asked = []
+    original = model.generate
+
+    def counting(*args, **kwargs):
+        asked.append(kwargs.get("max_new_tokens"))
+        return original(*args, **kwargs)
+
+    model.generate = counting
+    settings = {"do_sample": False}
+    with completion_budget(model, tokenizer, max_completion_length=20):
+        first = model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)))
+        later = prompt + [11] * 15  # 15 tokens of completion already written
+        model.generate(input_ids=torch.tensor([later]), attention_mask=torch.ones(1, len(later)), **settings)
+    assert asked[0] is None and asked[1] == 5 and first.shape[1] > len(prompt)
+    assert model.generate is counting  # put back
+
+
+def test_a_ci_tool_lab_trains_with_tools_and_logs_call_and_failure_frequencies(gsm8k_env, capsys):
+    from course_utils import cpu_speed
+    from course_utils.training.tool_lab import run_tool_lab
+
+    result = run_tool_lab("ci", speedups=cpu_speed)
+    said = capsys.readouterr().out
+    assert "CPU speed-ups: on" in said and "group_generation" in said and "Warm-start traces" in said
+    logged = [row for row in load_log_history(result.run_dir / "log_history.csv") if "tools/call_frequency" in row]
+    assert len(logged) == result.trainer.state.global_step == get_profile("ci").max_steps
+    for row in logged:
+        assert row["tools/call_frequency"] >= 0.0 and 0.0 <= row["tools/failure_frequency"] <= 1.0
+        assert "rewards/tool_use_reward/mean" in row
+    saved = AutoTokenizer.from_pretrained(result.final_dir)
+    assert saved.chat_template == qwen2_5_chat_template  # the tool model carries its template
+    assert "calculator" in saved.apply_chat_template([{"role": "user", "content": "Q"}], tools=[calculator],
+                                                     tokenize=False)  # fmt: skip
