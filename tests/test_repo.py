@@ -33,7 +33,8 @@ EXPECTED_NOTEBOOKS = [
 
 def exercise_module(number: str) -> ModuleType:
     """The exercises module of notebook ``number`` ("02" -> ``course_utils.exercises.nb02_gsm8k_data``)."""
-    (path,) = (REPO / "course_utils" / "exercises").glob(f"nb{number}_*.py")
+    folder = REPO / "course_utils" / "exercises"
+    (path,) = [p for p in folder.glob(f"nb{number}_*") if p.suffix == ".py" or (p / "__init__.py").is_file()]
     return importlib.import_module(f"course_utils.exercises.{path.stem}")
 
 
