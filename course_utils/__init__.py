@@ -37,14 +37,16 @@
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate, by phase),
     ``memory_parts`` (each part of it in bytes, from ``RunSettings``),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
-    solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs).
+    solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs), ``tool_lab``
+    (notebook 04's run with a calculator: the tool template, the warm start on traces, GRPO with ``tools=``).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
     ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics``
     (completions scored against gold answers), ``tables`` (models compared on the same problems), ``heldout``
     (greedy generation on held-out problems), ``sampling`` (samples drawn as training draws a group: pass@1,
     pass@k, maj@k), ``curves`` (a run's warm start and checkpoints scored), ``variants`` (GRPO's modern variants,
     GDPO's included, as ``GRPOConfig`` fields, each trained from one start), ``variant_tables`` (variant runs
-    compared against the seed noise and recorded), ``reward_hack`` (a bonus the policy climbs, caught and fixed).
+    compared against the seed noise and recorded), ``reward_hack`` (a bonus the policy climbs, caught and fixed),
+    ``tool_eval`` (held-out problems solved with a tool, its calls run; models compared with and without it).
 ``exercises``: the checks a notebook calls; imports every group above.
     ``verdicts`` (the verdict a check prints, what it hands back), ``comparison`` (a learner's function run next
     to the reference on a bank of cases), ``real_rows`` (real GSM8K rows for the case banks), one
