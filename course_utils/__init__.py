@@ -56,6 +56,10 @@
     A notebook with many checks is a package of one module a job: ``nb03_reward_functions`` holds ``trl_calls``
     (a reward called as ``GRPOTrainer`` calls it), ``case_banks`` (the cases 03.1-03.5 run on),
     ``corrected_rewards`` (03.1-03.5), ``value_questions`` (03.6-03.7) and ``own_reward`` (03.8, TRL's contract).
+    ``nb04_train_grpo`` holds ``judging`` (one verdict a construct, the library's own error shown), ``machine_fit``
+    (precision, run folder and learning rate, for both configs), ``grpo_config_check`` (04.1),
+    ``lora_config_check`` (04.2), ``sft_config_check`` (04.3), ``grpo_trainer_check`` (04.4), ``value_questions``
+    (04.5-04.7) and ``generation_batch_check`` (04.8).
 ``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and no module of the
     package imports it: training and evaluation take it from their caller (``speedups=cpu_speed``, a visible line
     in a notebook or a script; ``core.speedups`` holds its switch and the shape they ask of it).

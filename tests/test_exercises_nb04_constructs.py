@@ -20,6 +20,7 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig
 
 from course_utils.core.profiles import get_profile
 from course_utils.exercises import nb04_train_grpo as nb04
+from course_utils.exercises.nb04_train_grpo import grpo_config_check, grpo_trainer_check, lora_config_check, machine_fit
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights, load_weights
@@ -158,7 +159,7 @@ def test_04_1_trl_defaults_fail_on_what_they_forget(ci, capsys):
 )
 def test_04_1_precision_on_the_gpu_profiles(name, flags, named):
     """A GPU config cannot be built without a GPU: the rule is tested on its three fields (no GPU here: no bf16)."""
-    problems = nb04.precision_problems(SimpleNamespace(**flags), get_profile(name))
+    problems = machine_fit.precision_problems(SimpleNamespace(**flags), get_profile(name))
     assert problems == [] if named is None else any(named in problem for problem in problems), problems
 
 
@@ -212,10 +213,10 @@ def test_04_1_the_weights_are_compared_with_the_ones_the_cell_loaded(ci):
 
 def test_04_1_completion_length_bounds_follow_the_profile_and_the_reference_answers(gsm8k_env):
     """The CPU profiles cut on purpose (their value is the floor); longer is fine up to what the answers need."""
-    low, high, needed = nb04.completion_length_bounds(get_profile("cpu"))
+    low, high, needed = grpo_config_check.completion_length_bounds(get_profile("cpu"))
     assert needed is not None and low == 96 < needed <= high
     a_gpu_like = get_profile("ci").override(max_completion_length=768, eval_max_new_tokens=768)
-    low, high, _ = nb04.completion_length_bounds(a_gpu_like)
+    low, high, _ = grpo_config_check.completion_length_bounds(a_gpu_like)
     assert low == needed and high == 768  # a GPU run must fit the answers: far below them fails
 
 
@@ -305,7 +306,7 @@ def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, ch
 def test_04_2_the_top_layers_of_a_30_layer_model(layers, named):
     """The ci and cpu profiles adapt the top 15 of SmolLM2's 30 layers: an int is one layer, not a count."""
     model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
-    problems = nb04.top_layers_problems(layers, get_profile("ci"), model)
+    problems = lora_config_check.top_layers_problems(layers, get_profile("ci"), model)
     assert problems == [] if named is None else named in problems[0], problems
 
 
@@ -451,7 +452,9 @@ def test_04_4_the_stub_reads_not_answered_and_the_course_trainer_is_handed_back(
     assert stub is None and out.startswith("⏳ 04.4 GRPOTrainer: not answered yet.")
     assert isinstance(handed, GRPOTrainer) and handed.args is pieces["config"]
     assert handed.model.get_base_model() is pieces["model"] and pieces["dashboard"] in handed.callback_handler.callbacks
-    assert nb04.trainer_problems(handed, pieces["model"], pieces["tokenizer"], pieces["config"], pieces["lora"]) == []
+    problems = grpo_trainer_check.trainer_problems(handed, pieces["model"], pieces["tokenizer"], pieces["config"],
+                                                   pieces["lora"])
+    assert problems == []
 
 
 def test_04_4_a_plain_call_without_callbacks_passes(pieces, capsys):
@@ -468,7 +471,7 @@ def test_04_4_training_on_the_test_split_fails_and_the_course_trainer_takes_over
     assert "1319 of its 1319 problems are in GSM8K's test split" in out
     assert handed is not trainer and handed.train_dataset is pieces["train_dataset"]
     assert handed.model.get_base_model() is pieces["model"]  # the learner's adapter taken out, the course's put in
-    assert nb04.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
+    assert grpo_trainer_check.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
 
 
 @pytest.mark.parametrize(
@@ -515,7 +518,7 @@ def test_04_4_a_trainer_trl_refuses_shows_trl_s_message(pieces, capsys, monkeypa
     assert out.startswith("❌ 04.4 GRPOTrainer: your call raised an error in the library"), out
     assert "(raised in trl/" in out and "not answered yet" not in out
     assert isinstance(handed, GRPOTrainer) and len(handed.reward_funcs) == len(REWARD_FUNCS)
-    assert nb04.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
+    assert grpo_trainer_check.adapter_problems(handed, pieces["model"], pieces["lora"]) == []
     assert list(handed.model.peft_config) == ["default"]  # the failed call's adapter was taken out first
 
 

@@ -2,6 +2,6 @@
 ``real_rows``. Imports every group.
 
 Modules: ``verdicts``, ``comparison``, ``real_rows``, ``nb00_setup``, ``nb01_grpo_concepts``, ``nb02_gsm8k_data``,
-``nb03_reward_functions`` (a package, one module a job), ``nb04_train_grpo``, ``nb05_evaluate``,
+``nb03_reward_functions`` and ``nb04_train_grpo`` (packages, one module a job), ``nb05_evaluate``,
 ``nb06_troubleshooting``, ``nb07_grpo_variants``, ``nb99_cpu_speed``.
 """
