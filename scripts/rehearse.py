@@ -5,10 +5,11 @@ For ``colab-t4`` and ``gpu`` in turn, with no Hub and no GPU:
 1. a tiny Qwen2 (Qwen2.5-0.5B's architecture at toy sizes, Qwen2.5-Instruct's chat template) is written to a folder
    and loaded from it through ``COURSE_MODEL_DIR``, as an offline room loads the real model; for ``colab-t4`` in real
    4-bit NF4 through bitsandbytes' CPU backend;
-2. the complete notebooks 04 (configs, LoRA, ``GRPOTrainer``, checkpoints, the saved model) and 05 (greedy
-   evaluation, pass@k, checkpoints scored) execute under ``COURSE_REHEARSAL=1``, which changes only what a CPU
-   cannot do and the sizes cut for time, each said as ``rehearsal: <what> (on the GPU: <what>)``
-   (``course_utils.core.rehearsal``);
+2. the complete notebooks 04 (configs, LoRA, ``GRPOTrainer``, checkpoints, the saved model), 05 (greedy
+   evaluation, pass@k, checkpoints scored) and 08 (``GRPOTrainer(tools=[calculator])`` on Qwen2.5's own chat
+   template, the three models measured with and without the tool) execute under ``COURSE_REHEARSAL=1``, which
+   changes only what a CPU cannot do and the sizes cut for time, each said as
+   ``rehearsal: <what> (on the GPU: <what>)`` (``course_utils.core.rehearsal``);
 3. the run is resumed from its last checkpoint for one more step, as notebook 04's resume recipe does.
 
 It prints ``name: value`` lines per profile: passed or failed, the steps run, the trainable parameters, the 4-bit
@@ -38,7 +39,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES_TO_REHEARSE = ("colab-t4", "gpu")
-NOTEBOOKS = ("04_train_grpo.ipynb", "05_evaluate.ipynb")
+NOTEBOOKS = ("04_train_grpo.ipynb", "05_evaluate.ipynb", "08_tool_use.ipynb")
 PACKAGES_ENV_VAR = "REHEARSAL_PACKAGES"  # a folder holding bitsandbytes (pip install --target), put on sys.path
 SAME_IN_BOTH = ("output_dir",)  # a folder of the run, not a setting
 
@@ -152,7 +153,7 @@ def quick_four_bit(workdir: Path) -> dict[str, Any]:
 
 
 def rehearse_profile(profile_name: str, workdir: Path, build: Path) -> dict[str, Any]:
-    """One profile: the tiny Qwen written, notebooks 04 and 05 executed, the run resumed; its figures."""
+    """One profile: the tiny Qwen written, notebooks 04, 05 and 08 executed, the run resumed; its figures."""
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
     from course_utils.runner import execute_notebook
 

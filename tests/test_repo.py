@@ -27,6 +27,7 @@ EXPECTED_NOTEBOOKS = [
     "05_evaluate",
     "06_troubleshooting",
     "07_grpo_variants",
+    "08_tool_use",
     "99_appendix_cpu_speed",
 ]
 
@@ -228,6 +229,11 @@ LESSON_CODE = {
     },
     "04_train_grpo": {"generation_batch": "check_04_generation_batch"},
     "05_evaluate": {"evaluate_loop": "check_evaluation_loop", "last_number": "check_05_last_number"},
+    "08_tool_use": {
+        "tool_call_trace": "check_08_trace",
+        "calculator": "check_08_calculator",
+        "tool_use_reward": "check_08_tool_reward",
+    },
 }
 
 
@@ -254,6 +260,7 @@ LESSON_CALLS = {
         "trainer.train(resume_from_checkpoint=": "get_last_checkpoint(",
     },
     "05_evaluate": {".generate(": 'padding_side="left"', "apply_chat_template(": "extract_xml_answer(completion)"},
+    "08_tool_use": {"GRPOTrainer(": "check_08_trainer(trainer", "tools=[calculator]": "trainer.train("},
 }
 
 
