@@ -91,11 +91,11 @@ def run_setup(setup: str, steps: int) -> dict[str, Any]:
     """One set-up, in this process: load, build the trainer as notebook 04 does, train, measure."""
     import torch
 
-    from course_utils.core.profiles import bf16_supported
+    from course_utils.core.hardware import cuda_bf16_supported
     from course_utils.training.grpo_config import make_grpo_config
     from course_utils.training.run import build_trainer, load_model_for_training
 
-    bf16 = bf16_supported()
+    bf16 = cuda_bf16_supported()
     profile = check_profile(setup, bf16, steps)
     model, tokenizer = load_model_for_training(profile)
     estimate = estimated_gb(profile, model)

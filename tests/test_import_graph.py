@@ -234,3 +234,48 @@ def test_each_group_docstring_lists_its_modules(group):
     own = [module_name(p) for p in sorted(init.parent.glob("*.py")) if p.stem != "__init__"]
     own += [module_name(p.parent) for p in sorted(init.parent.glob("*/__init__.py"))]  # subpackages (rewards)
     assert not missing_from_map(doc, own), f"{init.relative_to(REPO_ROOT)} does not list {missing_from_map(doc, own)}"
+
+
+def course_utils_names_imported(source: str, filename: str) -> set[tuple[str, str]]:
+    """(module, name) for each ``from course_utils... import name`` in ``source``, at any depth."""
+    tree = ast.parse(source, filename=filename)
+    return {(node.module, alias.name) for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("course_utils")
+            for alias in node.names}  # fmt: skip
+
+
+def unresolved(pairs: set[tuple[str, str]]) -> list[str]:
+    """The pairs whose module does not import or has no such name (neither attribute nor submodule)."""
+    missing = []
+    for module_name_, name in sorted(pairs):
+        module = importlib.import_module(module_name_)
+        if hasattr(module, name):
+            continue
+        try:
+            importlib.import_module(f"{module_name_}.{name}")
+        except ModuleNotFoundError:
+            missing.append(f"{module_name_}.{name}")
+    return missing
+
+
+def test_unresolved_names_a_name_that_moved_away() -> None:
+    pairs = course_utils_names_imported("from course_utils.core.profiles import no_such_helper\n", "x.py")
+    assert unresolved(pairs) == ["course_utils.core.profiles.no_such_helper"]
+
+
+def test_scripts_benchmarks_and_notebooks_import_names_that_exist() -> None:
+    """A module split must update every caller: scripts run only by hand (gpu_check) would fail only on a GPU."""
+    import json
+
+    pairs: set[tuple[str, str]] = set()
+    for folder in ("scripts", "benchmarks"):
+        for path in sorted((REPO_ROOT / folder).glob("*.py")):
+            pairs |= course_utils_names_imported(path.read_text(), str(path))
+    for path in sorted((REPO_ROOT / "solutions").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and "course_utils" in source:
+                lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+                pairs |= course_utils_names_imported("\n".join(lines), str(path))
+    assert len(pairs) > 20
+    assert unresolved(pairs) == []
