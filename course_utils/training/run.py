@@ -16,7 +16,7 @@ everything for scripts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +68,12 @@ def build_trainer(
     config: Any = None,
     callbacks: Iterable[TrainerCallback] = (),
     reward_funcs: Sequence[Any] | None = None,
+    tools: Sequence[Callable[..., Any]] = (),
 ) -> Any:
     """A ``GRPOTrainer`` on the course's five rewards (weights from the config), LoRA from the profile.
+
+    ``tools`` are plain typed functions with docstrings the model may call while it generates (notebook 08);
+    the tokenizer's chat template must then render tool calls (``tool_lab.tool_tokenizer``).
 
     The same call notebook 04's learner writes out: plain TRL. The CPU speed-ups are applied around
     ``trainer.train()`` (``with cpu_speed.enabled(trainer):``), not here.
@@ -97,6 +101,7 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=make_lora_config(p, model),
         callbacks=list(callbacks),
+        tools=list(tools) or None,
     )
 
 

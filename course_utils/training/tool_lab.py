@@ -50,8 +50,7 @@ from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights
 from course_utils.lesson.tool_use import calculator, tool_call_trace, tool_use_reward
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.grpo_prompts import training_dataset
-from course_utils.training.lora_setup import make_lora_config
-from course_utils.training.run import clear_run_dir, load_model_for_training
+from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
 from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
 from course_utils.training.run_logs import save_run_artifacts
 from course_utils.training.warm_start import warm_start
@@ -268,16 +267,14 @@ def build_tool_trainer(
     """``GRPOTrainer(..., tools=[calculator])`` on ``tool_reward_funcs`` with LoRA from the profile: exercise 08.4's
     call. ``tokenizer`` must be a ``tool_tokenizer``."""
     p = get_profile(profile)
-    config = config if config is not None else make_tool_grpo_config(p)
-    train_dataset = train_dataset if train_dataset is not None else tool_training_dataset(p, tokenizer)
-    return GRPOTrainer(
-        model=model,
+    return build_trainer(
+        model,
+        tokenizer,
+        p,
+        train_dataset=train_dataset if train_dataset is not None else tool_training_dataset(p, tokenizer),
+        config=config if config is not None else make_tool_grpo_config(p),
+        callbacks=callbacks,
         reward_funcs=tool_reward_funcs(),
-        args=config,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=make_lora_config(p, model),
-        callbacks=list(callbacks),
         tools=list(tools),
     )
 
