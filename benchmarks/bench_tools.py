@@ -13,7 +13,10 @@ what the tool training added. Prints ``name: value`` lines:
   ``tools_call_frequency_last``, ``tools_failure_frequency_last``, ``tools_call_frequency_per_step``;
 - ``tools_heldout_problems``, ``tools_heldout_rule``, ``tools_heldout_accuracy_{model}`` (with ``_ci``),
   ``tools_heldout_calls_per_problem_{model}``, ``tools_heldout_failure_frequency_{model}``;
-- ``tools_mcnemar_p_{pair}`` with the counts of problems only one of the pair solves.
+- ``tools_mcnemar_p_{pair}`` with the counts of problems only one of the pair solves;
+- sampled: ``tools_sampled_problems`` (the first ``--sampled-problems`` of the held-out set), ``tools_samples``,
+  ``tools_sampled_pass@k_{model}`` (with ``_ci``, a bootstrap over problems) for k = 1 and ``--samples``, and
+  ``tools_sampled_pass@1_difference_{pair}`` (second minus first, paired, with its interval).
 
 ``make bench-tools`` writes ``benchmarks/results_tools.txt`` (the machine's lines first).
 """
@@ -35,7 +38,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldout_set, load_for_evaluation
-from course_utils.evaluation.tool_eval import evaluate_with_tool, tool_table
+from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
+from course_utils.evaluation.tool_eval import evaluate_sampled_with_tool, evaluate_with_tool, tool_table
 from course_utils.lesson.tool_use import calculator, unavailable_calculator
 from course_utils.training import lab
 from course_utils.training.run_folder import WARM_START_DIRNAME
@@ -53,6 +57,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--problems", type=int, default=HELDOUT_SIZE, help="held-out test problems")
     parser.add_argument("--notebook04-model", default=None,
                         help="a saved notebook 04 model (default: the profile's run, trained if absent)")  # fmt: skip
+    parser.add_argument("--samples", type=int, default=4, help="sampled completions per problem for pass@k (0: none)")
+    parser.add_argument("--sampled-problems", type=int, default=100,
+                        help="how many of the held-out problems (the first) are sampled")  # fmt: skip
     return parser.parse_args()
 
 
@@ -107,6 +114,50 @@ def model_lines(name: str, result: dict[str, Any], seconds: float) -> list[str]:
     ]
 
 
+def sampled_lines(name: str, result: dict[str, Any]) -> list[str]:
+    """One model's sampled lines: pass@k for each k with its bootstrap interval over problems."""
+    lines = []
+    for k in result["ks"]:
+        low, high = result[f"pass@{k}_ci"]
+        lines += [f"tools_sampled_pass@{k}_{name}: {result[f'pass@{k}']:.3f}",
+                  f"tools_sampled_pass@{k}_{name}_ci: {low:.3f}-{high:.3f}"]  # fmt: skip
+    return lines
+
+
+def difference_lines(sampled: dict[str, dict[str, Any]]) -> list[str]:
+    """Each pair's paired difference of sampled pass@1 (second minus first) with its interval."""
+    lines = []
+    for first, second in (
+        ("notebook04", "with_tool"),
+        ("tool_unavailable", "with_tool"),
+        ("notebook04", "tool_unavailable"),
+    ):
+        diff = paired_difference(sampled[first], sampled[second], "pass@1")
+        low, high = diff["ci"]
+        lines += [f"tools_sampled_pass@1_difference_{second}_minus_{first}: {diff['difference']:+.3f}",
+                  f"tools_sampled_pass@1_difference_{second}_minus_{first}_ci: {low:+.3f} to {high:+.3f}"]  # fmt: skip
+    return lines
+
+
+def sample_all(models: dict[str, Any], problems: Any, profile: Any, length: int, samples: int) -> dict[str, Any]:
+    """Each model's ``samples`` completions per problem (the tool models with their tool), the same seeds."""
+    sampled = {}
+    for name, (model, tokenizer, tool) in models.items():
+        started = time.perf_counter()
+        common = {"samples": samples, "ks": sorted({1, samples}), "max_new_tokens": length, "speedups": SPEEDUPS}
+        with contextlib.redirect_stdout(sys.stderr):
+            if tool is None:
+                sampled[name] = evaluate_sampled(model, tokenizer, problems, **common)
+            else:
+                calls = profile.max_tool_calling_iterations
+                sampled[name] = evaluate_sampled_with_tool(model, tokenizer, problems, tool, max_calls=calls, **common)
+        minutes = (time.perf_counter() - started) / 60
+        print(
+            "\n".join([*sampled_lines(name, sampled[name]), f"tools_sampled_minutes_{name}: {minutes:.1f}"]), flush=True
+        )
+    return sampled
+
+
 def main() -> None:
     args = parse_args()
     profile = get_profile(args.profile)
@@ -147,6 +198,14 @@ def main() -> None:
         print(f"tools_only_{first}_right_vs_{second}: {int(row['only first'])}")
         print(f"tools_only_{second}_right_vs_{first}: {int(row['only second'])}")
         print(f"tools_mcnemar_p_{key}: {row['McNemar p']:.4f}")
+    if args.samples > 0:
+        subset = problems.select(range(min(args.sampled_problems, len(problems))))
+        print(f"tools_sampled_problems: {len(subset)}")
+        print(f"tools_samples: {args.samples} per problem, temperature 1.0, the same seeds for every model")
+        models = {"notebook04": (plain_model, plain_tokenizer, None), "with_tool": (tool_model, tokenizer, calculator),
+                  "tool_unavailable": (tool_model, tokenizer, unavailable_calculator)}  # fmt: skip
+        sampled = sample_all(models, subset, profile, length, args.samples)
+        print("\n".join(difference_lines(sampled)))
     print("tools_load_average_at_end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 

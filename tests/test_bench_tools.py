@@ -49,3 +49,35 @@ def test_model_lines_give_accuracy_interval_and_calls(bench):
         values["tools_heldout_calls_per_problem_with_tool"] == "1.250"
         and values["tools_heldout_minutes_with_tool"] == "1.5"
     )
+
+
+def test_sampled_lines_give_each_pass_at_k_with_its_interval(bench):
+    result = {"ks": [1, 4], "pass@1": 0.05, "pass@1_ci": (0.02, 0.08), "pass@4": 0.15, "pass@4_ci": (0.1, 0.2)}
+    values = dict(line.split(": ", 1) for line in bench.sampled_lines("with_tool", result))
+    assert values == {
+        "tools_sampled_pass@1_with_tool": "0.050",
+        "tools_sampled_pass@1_with_tool_ci": "0.020-0.080",
+        "tools_sampled_pass@4_with_tool": "0.150",
+        "tools_sampled_pass@4_with_tool_ci": "0.100-0.200",
+    }
+
+
+def _records(pass1: list[float]) -> dict:
+    return {"records": [{"gold": str(i), "pass@1": value} for i, value in enumerate(pass1)]}
+
+
+def test_difference_lines_pair_each_problem_second_minus_first(bench):
+    sampled = {"notebook04": _records([0, 0, 0.5, 0]), "with_tool": _records([1, 0.5, 0.5, 0]),
+               "tool_unavailable": _records([0, 0, 0, 0])}  # fmt: skip
+    values = dict(line.split(": ", 1) for line in bench.difference_lines(sampled))
+    assert values["tools_sampled_pass@1_difference_with_tool_minus_notebook04"] == "+0.375"
+    assert values["tools_sampled_pass@1_difference_with_tool_minus_tool_unavailable"] == "+0.500"
+    assert values["tools_sampled_pass@1_difference_tool_unavailable_minus_notebook04"] == "-0.125"
+    low, high = values["tools_sampled_pass@1_difference_with_tool_minus_notebook04_ci"].split(" to ")
+    assert float(low) <= 0.375 <= float(high)
+
+
+def test_difference_lines_refuse_results_on_different_problems(bench):
+    sampled = {"notebook04": _records([0, 1]), "with_tool": _records([1, 0, 1]), "tool_unavailable": _records([0, 0])}
+    with pytest.raises(ValueError, match="not on the same problems"):
+        bench.difference_lines(sampled)
