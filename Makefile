@@ -148,7 +148,7 @@ bench-heldout: setup
 
 # Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
 # 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems
-# (benchmarks/bench_tools.py; about 30 minutes on 2 cores), written to $(BENCH_TOOLS_RESULTS). TOOLS_KERNELS="ATEN_CPU_
+# (benchmarks/bench_tools.py; about 45 minutes on 2 cores with the sampled pass@k), written to $(BENCH_TOOLS_RESULTS). TOOLS_KERNELS="ATEN_CPU_
 # CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 path on an AVX-512 machine
 # (the machine's lines say so); TOOLS_ARGS="--notebook04-model <folder>" evaluates a saved notebook 04 model.
 BENCH_TOOLS_RESULTS ?= benchmarks/results_tools.txt
