@@ -276,7 +276,7 @@ def plot_variant_table(summary: Any, metric: str, baseline: str | None = None, t
     """A metric's mean per variant as bars, with the seeds' spread (max - min) as error bars (notebook 07).
 
     ``summary`` is a DataFrame indexed by variant with ``<metric>`` and ``<metric>_spread`` columns
-    (``variants.seed_summary``). The baseline's bar is darker, so a gap inside the whiskers reads as noise.
+    (``variant_tables.seed_summary``). The baseline's bar is darker, so a gap inside the whiskers reads as noise.
     """
     if metric not in summary.columns or f"{metric}_spread" not in summary.columns:
         raise ValueError(f"summary needs columns {metric!r} and {metric + '_spread'!r}; got {list(summary.columns)}")
