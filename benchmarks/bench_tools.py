@@ -142,9 +142,9 @@ def difference_lines(sampled: dict[str, dict[str, Any]]) -> list[str]:
 def sample_all(models: dict[str, Any], problems: Any, profile: Any, length: int, samples: int) -> dict[str, Any]:
     """Each model's ``samples`` completions per problem (the tool models with their tool), the same seeds."""
     sampled = {}
+    common = {"samples": samples, "ks": sorted({1, samples}), "max_new_tokens": length, "speedups": SPEEDUPS}
     for name, (model, tokenizer, tool) in models.items():
         started = time.perf_counter()
-        common = {"samples": samples, "ks": sorted({1, samples}), "max_new_tokens": length, "speedups": SPEEDUPS}
         with contextlib.redirect_stdout(sys.stderr):
             if tool is None:
                 sampled[name] = evaluate_sampled(model, tokenizer, problems, **common)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
+from notebook_code import code_cells
 
 PACKAGE = REPO_ROOT / "course_utils"
 
@@ -265,16 +266,13 @@ def test_unresolved_names_a_name_that_moved_away() -> None:
 
 def test_scripts_benchmarks_and_notebooks_import_names_that_exist() -> None:
     """A module split must update every caller: scripts run only by hand (gpu_check) would fail only on a GPU."""
-    import json
-
     pairs: set[tuple[str, str]] = set()
     for folder in ("scripts", "benchmarks"):
         for path in sorted((REPO_ROOT / folder).glob("*.py")):
             pairs |= course_utils_names_imported(path.read_text(), str(path))
     for path in sorted((REPO_ROOT / "solutions").glob("*.ipynb")):
-        for cell in json.loads(path.read_text())["cells"]:
-            source = "".join(cell["source"])
-            if cell["cell_type"] == "code" and "course_utils" in source:
+        for source in code_cells(path):
+            if "course_utils" in source:
                 lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
                 pairs |= course_utils_names_imported("\n".join(lines), str(path))
     assert len(pairs) > 20

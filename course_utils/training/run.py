@@ -68,7 +68,7 @@ def build_trainer(
     config: Any = None,
     callbacks: Iterable[TrainerCallback] = (),
     reward_funcs: Sequence[Any] | None = None,
-    tools: Sequence[Callable[..., Any]] = (),
+    tools: Iterable[Callable[..., Any]] = (),
 ) -> Any:
     """A ``GRPOTrainer`` on the course's five rewards (weights from the config), LoRA from the profile.
 

@@ -275,7 +275,7 @@ def build_tool_trainer(
         config=config if config is not None else make_tool_grpo_config(p),
         callbacks=callbacks,
         reward_funcs=tool_reward_funcs(),
-        tools=list(tools),
+        tools=tools,
     )
 
 
