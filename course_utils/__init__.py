@@ -59,7 +59,10 @@
     ``nb04_train_grpo`` holds ``judging`` (one verdict a construct, the library's own error shown), ``machine_fit``
     (precision, run folder and learning rate, for both configs), ``grpo_config_check`` (04.1),
     ``lora_config_check`` (04.2), ``sft_config_check`` (04.3), ``grpo_trainer_check`` (04.4), ``value_questions``
-    (04.5-04.7) and ``generation_batch_check`` (04.8).
+    (04.5-04.7) and ``generation_batch_check`` (04.8). ``nb08_tool_use`` holds ``trace_check`` (08.1),
+    ``isolated_calls`` (a function run on inputs in a child process stopped when one runs too long),
+    ``calculator_check`` (08.2), ``tool_reward_check`` (08.3), ``trainer_check`` (08.4) and ``value_questions``
+    (08.5).
 ``cpu_speed``: the CPU plug-in, a side branch the lesson does not stand on; imports core only, and no module of the
     package imports it: training and evaluation take it from their caller (``speedups=cpu_speed``, a visible line
     in a notebook or a script; ``core.speedups`` holds its switch and the shape they ask of it).

@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from course_utils.core.answer_format import extract_xml_answer
 from course_utils.core.profiles import get_profile
 from course_utils.exercises import nb08_tool_use as nb08
+from course_utils.exercises.nb08_tool_use import calculator_check, isolated_calls, tool_reward_check, trace_check
 from course_utils.lesson.data_checks import calculator_notes
 from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS, answers_match, completion_text
@@ -62,10 +63,10 @@ def test_08_1_the_stub_reads_not_answered_and_the_package_converter_is_handed_ba
 
 
 def test_08_1_the_cases_hold_the_rows_whose_notes_the_calculator_refuses(gsm8k_train):
-    refused = nb08.refused_note_rows(gsm8k_train)
+    refused = trace_check.refused_note_rows(gsm8k_train)
     unparsed = [i for i in refused if tool_call_trace(gsm8k_train[i]["answer"], "0").unparsed]
     assert unparsed == [394, 4169], "the two floor divisions of the training split"
-    labels = [case.label for case in nb08.trace_cases(gsm8k_train)]
+    labels = [case.label for case in trace_check.trace_cases(gsm8k_train)]
     assert all(any(label.startswith(f"train row {row} (") for label in labels) for row in unparsed), labels
 
 
@@ -146,8 +147,8 @@ def test_08_1_wrong_converters_fail_naming_the_case(wrong, named, gsm8k_train, c
 def test_08_1_the_reason_for_a_refused_note_is_the_learner_s_own_words():
     trace = tool_call_trace("<<560//10=56>>56 boxes.\n#### 56", "56")
     reworded = ToolTrace(trace.messages, trace.calls, ["<<560//10=56>>: no floor division here"])
-    assert nb08.trace_view(reworded) == nb08.trace_view(trace)
-    assert nb08.trace_view([1, 2]) == [1, 2]  # not a trace: left as it is, for the check to name
+    assert trace_check.trace_view(reworded) == trace_check.trace_view(trace)
+    assert trace_check.trace_view([1, 2]) == [1, 2]  # not a trace: left as it is, for the check to name
 
 
 # --- 08.2 the calculator -----------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def _slow(expression):
 
 def test_08_2_a_runaway_input_is_stopped_and_the_rest_still_run():
     started = time.perf_counter()
-    outcomes = nb08.isolated_outcomes(_slow, [("a",), ("slow",), ("b",), ("die",), ("c",)], seconds=1.0)
+    outcomes = isolated_calls.isolated_outcomes(_slow, [("a",), ("slow",), ("b",), ("die",), ("c",)], seconds=1.0)
     assert time.perf_counter() - started < 10
     assert [o.value for o in outcomes] == ["A", None, "B", None, "C"]
     assert outcomes[1].error_kind == "TimeoutError" and "within 1 s" in outcomes[1].message
@@ -286,9 +287,9 @@ def test_08_2_a_runaway_input_is_stopped_and_the_rest_still_run():
 
 
 def test_08_2_a_recorded_error_comes_back_as_its_built_in_kind():
-    replay = nb08.replayed(_slow, {("x",): nb08.Outcome(error_kind="ValueError", message="no"),
-                                   ("y",): nb08.Outcome(error_kind="SystemExit", message="bye"),
-                                   ("z",): nb08.Outcome(error_kind="NotImplementedError")})  # fmt: skip
+    replay = isolated_calls.replayed(_slow, {("x",): isolated_calls.Outcome(error_kind="ValueError", message="no"),
+                                   ("y",): isolated_calls.Outcome(error_kind="SystemExit", message="bye"),
+                                   ("z",): isolated_calls.Outcome(error_kind="NotImplementedError")})  # fmt: skip
     with pytest.raises(ValueError, match="no"):
         replay("x")
     with pytest.raises(RuntimeError, match="SystemExit: bye"):  # never a SystemExit out of a check
@@ -298,11 +299,12 @@ def test_08_2_a_recorded_error_comes_back_as_its_built_in_kind():
 
 
 def test_08_2_without_fork_the_cases_that_may_hang_are_left_out_and_said(monkeypatch, capsys):
-    monkeypatch.setattr(nb08, "fork_available", lambda: False)
+    monkeypatch.setattr(calculator_check, "fork_available", lambda: False)
     solution = exercise("08", "calculator")
     assert nb08.check_08_calculator(solution) is solution
     out = verdict(capsys)
-    assert "no child process here" in out and f"all {len(nb08.CALCULATOR_CASES) - len(nb08.MAY_HANG)} cases" in out
+    kept = len(calculator_check.CALCULATOR_CASES) - len(calculator_check.MAY_HANG)
+    assert "no child process here" in out and f"all {kept} cases" in out
 
 
 @pytest.mark.parametrize(
@@ -312,7 +314,7 @@ def test_08_2_without_fork_the_cases_that_may_hang_are_left_out_and_said(monkeyp
 )  # fmt: skip
 def test_08_2_results_compare_as_numbers_written_as_the_model_reads_them(got, same):
     expected = "24" if got in ("24", "24.0", 24, "x") else "2.333333"
-    assert nb08.same_result(expected, got) is same
+    assert calculator_check.same_result(expected, got) is same
 
 
 # --- 08.3 the tool-use reward ---------------------------------------------------------------------------------
@@ -322,8 +324,8 @@ def test_08_3_the_solution_and_the_package_s_reward_pass(gsm8k_train, capsys):
     solution = exercise("08", "tool_use_reward")
     assert nb08.check_08_tool_reward(solution, gsm8k_train) is solution
     assert "✅ 08.3 tool-use reward: pays for used calls on a right answer and for nothing else" in verdict(capsys)
-    assert nb08.rule_problems(tool_use_reward, gsm8k_train) == []
-    assert nb08.contract_problem(tool_use_reward) is None
+    assert tool_reward_check.rule_problems(tool_use_reward, gsm8k_train) == []
+    assert tool_reward_check.contract_problem(tool_use_reward) is None
 
 
 def test_08_3_the_stub_reads_not_answered_and_the_package_reward_is_handed_back(gsm8k_train, capsys):
@@ -407,13 +409,13 @@ def test_08_3_wrong_rewards_fail_naming_the_rule(wrong, named, gsm8k_train, caps
 
 
 def test_08_3_the_scenarios_are_what_their_names_say(gsm8k_train):
-    index, solution, gold = nb08.tool_rows(gsm8k_train)[0]
+    index, solution, gold = tool_reward_check.tool_rows(gsm8k_train)[0]
     assert index == 0
-    scenarios = nb08.tool_scenarios(solution, gold)
+    scenarios = tool_reward_check.tool_scenarios(solution, gold)
     assert [_calls(c) for c in scenarios.values()] == [2, 0, 1, 1, 3, 11, 2, 0]  # row 0 has two notes
     right = [_right(c, gold) for c in scenarios.values()]
     assert right == [True] * 6 + [False] * 2
-    assert nb08.IDLE_RESULT not in completion_text(scenarios["an idle call, right answer"][2:])
+    assert tool_reward_check.IDLE_RESULT not in completion_text(scenarios["an idle call, right answer"][2:])
 
 
 # --- 08.4 GRPOTrainer with the calculator -----------------------------------------------------------------
