@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         print("RESULT " + json.dumps(run_setup(args.run, args.steps)))
         return 0
-    from course_utils.core.profiles import hub_reachable
+    from course_utils.core.hardware import hub_reachable
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
     from course_utils.training.grpo_config import vllm_available
 

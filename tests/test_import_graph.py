@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,23 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def absolute_imports(source: str, filename: str) -> Iterator[tuple[str, str | None]]:
+    """(module, name) for each absolute import in ``source``, at any depth: ``import a.b`` gives ``("a.b", None)``,
+    ``from a import b`` gives ``("a", "b")``."""
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield from ((node.module, alias.name) for alias in node.names)
+
+
 def imported_modules(path: Path, known: set[str]) -> set[str]:
     """Every course_utils module ``path`` imports, anywhere in the file (``from course_utils import data`` included)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    for module, name in absolute_imports(path.read_text(), str(path)):
+        found.add(module)
+        if name is not None:
+            found.add(f"{module}.{name}")
     return {name for name in found if name in known}
 
 
@@ -86,7 +95,7 @@ def test_the_graph_is_read_from_every_module() -> None:
     expected = {"course_utils.training.run", "course_utils.evaluation.heldout", "course_utils.lesson.plotting"}
     assert expected <= set(graph)
     assert "course_utils.lesson.models" in graph["course_utils.training.run"]  # a top-level import is seen
-    assert "course_utils.core.profiles" in graph["course_utils.lesson.data"]
+    assert "course_utils.core.hardware" in graph["course_utils.lesson.data"]
 
 
 def test_function_level_imports_are_seen(tmp_path) -> None:
@@ -239,10 +248,8 @@ def test_each_group_docstring_lists_its_modules(group):
 
 def course_utils_names_imported(source: str, filename: str) -> set[tuple[str, str]]:
     """(module, name) for each ``from course_utils... import name`` in ``source``, at any depth."""
-    tree = ast.parse(source, filename=filename)
-    return {(node.module, alias.name) for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("course_utils")
-            for alias in node.names}  # fmt: skip
+    return {(module, name) for module, name in absolute_imports(source, filename)
+            if name is not None and module.startswith("course_utils")}  # fmt: skip
 
 
 def unresolved(pairs: set[tuple[str, str]]) -> list[str]:

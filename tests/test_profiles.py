@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.core import profiles
+from course_utils.core import hardware, profiles
 from course_utils.core.profiles import PROFILES, UnknownProfileError, describe_profile, get_profile, profiles_table
 
 
@@ -41,7 +41,7 @@ def test_auto_picks_cpu_when_the_hub_is_unreachable_even_with_a_gpu(monkeypatch)
 
 def test_hub_is_unreachable_when_offline_mode_is_set(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert profiles.hub_reachable() is False
+    assert hardware.hub_reachable() is False
 
 
 @pytest.mark.parametrize("profile", PROFILES.values(), ids=list(PROFILES))

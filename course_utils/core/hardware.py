@@ -5,6 +5,8 @@ The CPU lab trains a bfloat16 copy of the model only where the CPU computes bflo
 float32 itself, so the lab stays in float32. ``COURSE_CPU_PRECISION`` forces either path, so both can
 be run and tested on one machine.
 
+``hub_reachable`` tells whether the Hugging Face Hub answers (offline rooms and CI: it does not).
+
 ``Hardware`` describes a machine the way the preflight checks need it (device, GPU, native bf16, memory);
 ``KNOWN_HARDWARE`` holds the GPUs the course plans for, so a check can be run for a T4 on any machine.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -287,3 +290,17 @@ def as_hardware(hardware: Hardware | dict[str, Any] | str | None) -> Hardware:
             raise ValueError(f"Unknown hardware field(s) {unknown}; valid fields: {sorted(names)}")
         return Hardware(**hardware)
     raise TypeError(f"hardware must be a Hardware, a dict, a name or None, got {type(hardware).__name__}")
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True when the Hugging Face Hub answers; False offline or with ``HF_HUB_OFFLINE=1``.
+
+    A plain TCP connection is enough to tell, and fails within ``timeout`` seconds instead of hanging.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}:
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False

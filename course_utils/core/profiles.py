@@ -8,12 +8,11 @@ default), so the same notebooks run in CI, on a laptop and on Colab without a si
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from course_utils.core.field_checks import PROFILE_CHOICES, check_dataclass_changes
-from course_utils.core.hardware import cuda_available, cuda_bf16_supported, resolve_train_dtype
+from course_utils.core.hardware import cuda_available, cuda_bf16_supported, hub_reachable, resolve_train_dtype
 from course_utils.core.rehearsal import rehearsal_requested, rehearse
 
 PROFILE_ENV_VAR = "COURSE_PROFILE"
@@ -319,20 +318,6 @@ class UnknownProfileError(ValueError):
 def profile_names() -> list[str]:
     """The values ``COURSE_PROFILE`` accepts."""
     return [*PROFILES, "auto"]
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when the Hugging Face Hub answers; False offline or with ``HF_HUB_OFFLINE=1``.
-
-    A plain TCP connection is enough to tell, and fails within ``timeout`` seconds instead of hanging.
-    """
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes"}:
-        return False
-    try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def detect_profile_name() -> str:

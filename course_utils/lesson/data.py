@@ -21,9 +21,10 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
+from course_utils.core.hardware import hub_reachable
+
 # Also read from here (by rewards.hacking and tests): the data module and the rewards share one format.
 from course_utils.core.paths import data_dir, output_dir
-from course_utils.core.profiles import hub_reachable
 from course_utils.lesson.formatting import extract_hash_answer, format_gsm8k
 
 HUB_DATASET = ("openai/gsm8k", "main")

@@ -16,8 +16,8 @@ import pandas as pd
 import psutil
 import torch
 
-from course_utils.core.hardware import cpu_precision
-from course_utils.core.profiles import Profile, get_profile, hub_reachable
+from course_utils.core.hardware import cpu_precision, hub_reachable
+from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.models import model_source_description
 from course_utils.lesson.offline_model import ModelUnavailableError, gguf_path
 
