@@ -129,6 +129,18 @@ def test_empty_dashboard_draws():
     assert len(plot_training_dashboard([]).axes) == 6
 
 
+def test_the_dashboard_draws_the_tool_columns_only_for_a_run_with_tools():
+    tool_steps = [{**entry, "tools/call_frequency": 0.25 * i, "tools/failure_frequency": 0.5}
+                  for i, entry in enumerate(training_logs(_history(3)))]  # fmt: skip
+    figure = plot_training_dashboard(tool_steps)
+    panels = {ax.get_title(): ax for ax in figure.axes}
+    lines = panels["tool calls per completion, failed share"].get_lines()
+    assert [line.get_label() for line in lines] == ["call_frequency", "failure_frequency"]
+    assert list(lines[0].get_ydata()) == [0.0, 0.25, 0.5]
+    plain = {ax.get_title() for ax in plot_training_dashboard(training_logs(_history(3))).axes}
+    assert "tool calls per completion, failed share" not in plain
+
+
 def test_reward_fifths():
     first, last = reward_fifths(_history(10))
     assert first == pytest.approx(0.55) and last == pytest.approx(1.35)

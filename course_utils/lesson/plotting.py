@@ -143,7 +143,9 @@ _DASHBOARD_PANELS: tuple[tuple[str, str], ...] = (
     ("completions/clipped_ratio", "clipped ratio (truncated)"),
     ("frac_reward_zero_std", "frac_reward_zero_std"),
     ("kl", "kl (beta > 0)"),
+    ("tools", "tool calls per completion, failed share"),
 )
+TOOL_COLUMNS = ("tools/call_frequency", "tools/failure_frequency")  # TRL logs them when the trainer has tools=
 
 
 def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> Figure:
@@ -151,11 +153,14 @@ def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> F
 
     ``logs`` are the training entries of ``trainer.state.log_history`` (dicts with ``reward``); an
     empty list gives empty panels, so the dashboard can be drawn before the first step. The ``kl``
-    panel appears only when the logs have a ``kl`` (TRL logs it only when ``beta > 0``).
+    panel appears only when the logs have a ``kl`` (TRL logs it only when ``beta > 0``), the ``tools`` panel
+    only when they have TRL's ``tools/`` columns (a trainer with ``tools=``).
     """
-    has_kl = any(entry.get("kl") is not None for entry in logs)
-    panels = [panel for panel in _DASHBOARD_PANELS if panel[0] != "kl" or has_kl]
-    fig, axes = plt.subplots(2, 4 if has_kl else 3, figsize=(15 if has_kl else 12, 6), squeeze=False)
+    present = {"kl": any(entry.get("kl") is not None for entry in logs),
+               "tools": any(entry.get(TOOL_COLUMNS[0]) is not None for entry in logs)}  # fmt: skip
+    panels = [panel for panel in _DASHBOARD_PANELS if present.get(panel[0], True)]
+    columns = max(3, -(-len(panels) // 2))
+    fig, axes = plt.subplots(2, columns, figsize=(3.8 * columns + 0.6, 6), squeeze=False)
     steps = [entry.get("step", i + 1) for i, entry in enumerate(logs)]
 
     def series(key: str) -> tuple[list, list]:
@@ -172,6 +177,12 @@ def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> F
                 ax.plot(xs, ys, marker=".", label=name.split("/")[1].replace("_reward_func", ""))
             if names:
                 ax.legend(fontsize=7)
+            continue
+        if key == "tools":
+            for column in TOOL_COLUMNS:
+                xs, ys = series(column)
+                ax.plot(xs, ys, marker=".", label=column.split("/")[1])
+            ax.legend(fontsize=7)
             continue
         xs, ys = series(key)
         ax.plot(xs, ys, marker=".")
