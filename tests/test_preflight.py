@@ -293,6 +293,18 @@ def test_trl_choices_reads_the_loss_types_from_the_installed_trl():
     assert trl_choices("no_such_field") == ()
 
 
+@pytest.mark.parametrize("field_name", ["multi_objective_aggregation", "scale_rewards", "loss_type"])
+def test_trl_choices_reads_every_value_of_a_list_whose_sentences_end_inside_it(field_name):
+    """multi_objective_aggregation's values are each followed by a description of several sentences; every value
+    TRL's code accepts is read, not only the one before the first full stop."""
+    valid = trl_choices(field_name)
+    assert GRPOConfig.__dataclass_fields__[field_name].default in valid
+    for value in valid:  # TRL accepts each value it documents
+        GRPOConfig(output_dir="unused", **{field_name: value}, report_to=[], use_cpu=True, bf16=False)
+    if field_name == "multi_objective_aggregation":
+        assert set(valid) == {"sum_then_normalize", "normalize_then_sum"}  # both branches of TRL's advantage code
+
+
 def test_unknown_loss_type_is_an_error_listing_the_valid_ones():
     [finding] = [f for f in check({**CPU_OK, "loss_type": "drgrpo"}, hardware=CPU) if f.code == "unknown-loss-type"]
     assert finding.severity == "error"

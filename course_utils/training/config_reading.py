@@ -77,13 +77,21 @@ def generation_batch(
 def trl_choices(field_name: str) -> tuple[str, ...]:
     """The values the installed TRL documents for a ``GRPOConfig`` field (its "Supported values are ..." help).
 
-    Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once.
-    An empty tuple when the field's help lists no values.
+    Read from the installed TRL, not copied here, so a TRL release that adds a loss type is known at once. TRL
+    writes the values two ways: in one sentence (``'grpo', 'dr_grpo', ...``), or each in backticks with its
+    description (`` `'sum_then_normalize'` (default): ...``, where sentences end inside the list). An empty tuple
+    when the field's help lists no values.
     """
     spec = GRPOConfig.__dataclass_fields__.get(field_name)
     help_text = spec.metadata.get("help", "") if spec is not None else ""
-    match = re.search(r"Supported values are(.*?)\.(?:\s|$)", help_text, re.S)
-    return tuple(dict.fromkeys(re.findall(r"'([a-z_]+)'", match.group(1)))) if match else ()
+    match = re.search(r"Supported values are(.*)", help_text, re.S)
+    if not match:
+        return ()
+    listed = re.findall(r"`'?([a-z_]+)'`", match.group(1))  # `group'` too: one of TRL's values lacks its quote
+    if listed:
+        return tuple(dict.fromkeys(listed))
+    sentence = re.match(r"(.*?)\.(?:\s|$)", match.group(1), re.S)
+    return tuple(dict.fromkeys(re.findall(r"'([a-z_]+)'", sentence.group(1) if sentence else match.group(1))))
 
 
 def on_policy(values: dict[str, Any], num_processes: int = 1, *, built: bool = False) -> bool:
