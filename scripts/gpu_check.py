@@ -9,8 +9,9 @@ fresh GPU each time) for ``--steps`` steps with the course's own functions (``co
 - ``gpu-tools``: notebook 08's run on the ``gpu`` profile: the model's own chat template with the calculator as a
   tool (``GRPOTrainer(tools=...)``), the course's rewards plus the tool-use reward.
 
-Each set-up first runs on the tiny Qwen2 stand-in (``course_utils.lesson.tiny_qwen``, written to a temporary folder
-and read through ``COURSE_MODEL_DIR``), which needs no Hub; then on the real Qwen2.5-0.5B-Instruct when
+Each set-up first runs on the tiny Qwen2 stand-in (``course_utils.lesson.tiny_qwen``, written to a temporary folder,
+or one saved beforehand and named by ``--tiny-dir`` where the offline model's package is missing, and read through
+``COURSE_MODEL_DIR``), which needs no Hub; then on the real Qwen2.5-0.5B-Instruct when
 ``COURSE_MODEL_DIR`` names its folder or the Hub answers. Precision is bf16 where the card has it, else fp16.
 It prints ``name: value`` lines (step time, completion tokens per second, peak GPU memory beside the memory
 estimator's figure) and writes them to ``benchmarks/results_gpu.txt``, headed by the GPU's name. Without a CUDA GPU
