@@ -113,12 +113,14 @@ def setup_trainer(setup: str, profile: Any) -> tuple[Any, Any]:
 
 def tool_figures(log_history: list[dict[str, Any]]) -> dict[str, float]:
     """The last logged step's tool call and failure frequencies (TRL's ``tools/*`` columns); none without tools."""
-    logged = [e for e in log_history if "tools/call_frequency" in e]
+    from course_utils.lesson.tool_use import TOOL_LOG_COLUMNS
+
+    calls, failures = TOOL_LOG_COLUMNS
+    logged = [e for e in log_history if calls in e]
     if not logged:
         return {}
-    last = logged[-1]
-    return {"tools_call_frequency_last": last["tools/call_frequency"],
-            "tools_failure_frequency_last": last.get("tools/failure_frequency", float("nan"))}  # fmt: skip
+    return {"tools_call_frequency_last": logged[-1][calls],
+            "tools_failure_frequency_last": logged[-1].get(failures, float("nan"))}  # fmt: skip
 
 
 def run_setup(setup: str, steps: int) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from course_utils.lesson.tool_use import TOOL_LOG_COLUMNS
+
 __all__ = ["Figure", "plt"]
 
 
@@ -145,7 +147,6 @@ _DASHBOARD_PANELS: tuple[tuple[str, str], ...] = (
     ("kl", "kl (beta > 0)"),
     ("tools", "tool calls per completion, failed share"),
 )
-TOOL_COLUMNS = ("tools/call_frequency", "tools/failure_frequency")  # TRL logs them when the trainer has tools=
 
 
 def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> Figure:
@@ -157,7 +158,7 @@ def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> F
     only when they have TRL's ``tools/`` columns (a trainer with ``tools=``).
     """
     present = {"kl": any(entry.get("kl") is not None for entry in logs),
-               "tools": any(entry.get(TOOL_COLUMNS[0]) is not None for entry in logs)}  # fmt: skip
+               "tools": any(entry.get(TOOL_LOG_COLUMNS[0]) is not None for entry in logs)}  # fmt: skip
     panels = [panel for panel in _DASHBOARD_PANELS if present.get(panel[0], True)]
     columns = max(3, -(-len(panels) // 2))
     fig, axes = plt.subplots(2, columns, figsize=(3.8 * columns + 0.6, 6), squeeze=False)
@@ -179,7 +180,7 @@ def plot_training_dashboard(logs: list[dict], title: str = "GRPO training") -> F
                 ax.legend(fontsize=7)
             continue
         if key == "tools":
-            for column in TOOL_COLUMNS:
+            for column in TOOL_LOG_COLUMNS:
                 xs, ys = series(column)
                 ax.plot(xs, ys, marker=".", label=column.split("/")[1])
             ax.legend(fontsize=7)

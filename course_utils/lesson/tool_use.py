@@ -33,6 +33,8 @@ from course_utils.lesson.data_checks import calculator_notes
 from course_utils.lesson.rewards import answers_match, completion_text
 
 TOOL_NAME = "calculator"
+# The columns TRL logs for a trainer with tools=: calls per completion, and the share of calls that raised
+TOOL_LOG_COLUMNS = ("tools/call_frequency", "tools/failure_frequency")
 MAX_EXPRESSION_CHARS = 120  # GSM8K's longest note is far shorter; a long input is a model babbling, not arithmetic
 MAX_MAGNITUDE = 10**15  # no GSM8K quantity comes near; a bigger intermediate means a runaway expression
 MAX_EXPONENT = 64

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.exercises.verdicts import report_name
-
-TOOL_LOG_COLUMNS = ("tools/call_frequency", "tools/failure_frequency")
+from course_utils.lesson.tool_use import TOOL_LOG_COLUMNS
 
 
 def check_08_failure_column(answer: Any) -> bool:
