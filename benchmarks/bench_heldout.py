@@ -11,7 +11,10 @@ of sampled pass@1 with its bootstrap interval). Prints ``name: value`` lines:
 - ``heldout_problems``, ``heldout_greedy_{stage}``, ``heldout_pass1_{stage}``, ``heldout_pass8_{stage}``,
   ``heldout_maj8_{stage}`` (each with ``_ci``), ``heldout_mcnemar_p``, ``heldout_pass1_difference`` (``_ci``);
 - ``heldout_lenient_{stage}`` and ``heldout_lenient_mcnemar_p``: greedy answers read as the last number in the
-  text, so a model that only learned the tags gains nothing there (a format gain against a maths gain).
+  text, so a model that only learned the tags gains nothing there (a format gain against a maths gain);
+- with ``--curve``, ``heldout_curve_step_{N}``: each earlier checkpoint of the run sampled the same way, with the
+  lab's minutes when it was saved and its paired pass@1 difference from the warm start: held-out solving against
+  minutes of training, so a shorter lab can be read off one run.
 
 About 45 minutes on a 2-core CPU: ``make bench-heldout`` writes ``benchmarks/results_heldout.txt``.
 """
@@ -29,13 +32,23 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from peft import PeftModel
+from transformers import TrainerCallback
+
 from course_utils import cpu_speed
 from course_utils.core.profiles import get_profile
-from course_utils.evaluation.curves import load_warm_start_model
-from course_utils.evaluation.heldout import HELDOUT_SIZE, evaluate_model, heldout_set, load_for_evaluation
+from course_utils.evaluation.curves import checkpoint_steps, load_warm_start_model
+from course_utils.evaluation.heldout import (
+    HELDOUT_SIZE,
+    evaluate_model,
+    heldout_set,
+    load_for_evaluation,
+    merged_unless_quantized,
+)
 from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
 from course_utils.evaluation.stats import mcnemar_exact
 from course_utils.evaluation.tables import paired_counts
+from course_utils.lesson.models import saved_model_kind
 from course_utils.training import lab, monitoring, run_logs, trained_model
 
 SAMPLES = 8
@@ -49,6 +62,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--problems", type=int, default=HELDOUT_SIZE, help="held-out test problems")
     parser.add_argument("--seed", type=int, default=None, help="GRPOConfig's seed (default: the profile's config's)")
+    parser.add_argument("--curve", action="store_true", help="also sample every earlier checkpoint (pass@1 by minutes)")
     return parser.parse_args()
 
 
@@ -75,10 +89,45 @@ def evaluate_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> t
     length = profile.max_completion_length
     greedy = evaluate_model(model, tokenizer, problems, batch_size=profile.eval_batch_size, max_new_tokens=length,
                             progress=False, speedups=SPEEDUPS)  # fmt: skip
-    sampled = evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1, SAMPLES), prompts_per_batch=4,
-                               max_new_tokens=length, temperature=profile.temperature, seed=SEED,
-                               speedups=SPEEDUPS)  # fmt: skip
-    return greedy, sampled
+    return greedy, sample_stage(model, tokenizer, problems, profile)
+
+
+class SaveClock(TrainerCallback):
+    """Minutes since ``started`` at each checkpoint the trainer saves, by step."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.minutes: dict[int, float] = {}
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.minutes[state.global_step] = (time.perf_counter() - self.started) / 60
+
+
+def sample_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> dict:
+    """The sampled half of ``evaluate_stage``: the same draws, for the points of the curve."""
+    return evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1, SAMPLES), prompts_per_batch=4,
+                            max_new_tokens=profile.max_completion_length, temperature=profile.temperature, seed=SEED,
+                            speedups=SPEEDUPS)  # fmt: skip
+
+
+def curve_lines(profile: Any, run_dir: Any, problems: Any, warm: Mapping[str, Any], minutes: Mapping[int, float],
+                last_step: int) -> list[str]:  # fmt: skip
+    """One line per checkpoint before the last: minutes into the lab, sampled pass@1, the paired difference."""
+    lines = []
+    for step, folder in checkpoint_steps(run_dir):
+        if step >= last_step or saved_model_kind(folder) != "lora-adapter":
+            continue
+        with contextlib.redirect_stdout(sys.stderr):
+            base, tokenizer = load_warm_start_model(profile, run_dir)
+            model = merged_unless_quantized(PeftModel.from_pretrained(base, folder)).eval()
+        sampled = sample_stage(model, tokenizer, problems, profile)
+        difference = paired_difference(warm, sampled, "pass@1")
+        low, high = difference["ci"]
+        lines.append(f"heldout_curve_step_{step}: minutes {minutes.get(step, float('nan')):.1f}, "
+                     f"pass1 {sampled['pass@1']:.3f}, pass{SAMPLES} {sampled[f'pass@{SAMPLES}']:.3f}, "
+                     f"difference {difference['difference']:+.4f} ({low:+.4f} to {high:+.4f})")  # fmt: skip
+        print(lines[-1], flush=True)
+    return lines
 
 
 def main() -> None:
@@ -87,12 +136,17 @@ def main() -> None:
     # A learner's first run has no saved warm start yet: time it, rather than reuse one from an earlier run
     shutil.rmtree(trained_model.warm_start_model_dir(trained_model.default_run_dir(profile)), ignore_errors=True)
     started = time.perf_counter()
+    clock = SaveClock(started)
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
-        result = lab.run_training(profile, speedups=SPEEDUPS, **({} if args.seed is None else {"seed": args.seed}))
+        result = lab.run_training(profile, callbacks=[clock], speedups=SPEEDUPS,
+                                  **({} if args.seed is None else {"seed": args.seed}))  # fmt: skip
     figures = monitoring.lab_figures(result.trainer.state.log_history)
-    print(f"cpu_lab_profile: {profile.name} (beta {profile.beta}, problem_list {profile.problem_list}, "
-          f"seed {result.trainer.args.seed})")
-    print(f"cpu_lab_minutes: {(time.perf_counter() - started) / 60:.1f}")
+    print(
+        f"cpu_lab_profile: {profile.name} (beta {profile.beta}, problem_list {profile.problem_list}, "
+        f"seed {result.trainer.args.seed})"
+    )
+    lab_minutes = (time.perf_counter() - started) / 60
+    print(f"cpu_lab_minutes: {lab_minutes:.1f}")
     for name, value in figures.items():
         print(f"cpu_lab_{name}: {value:.3f}")
     logs = run_logs.training_logs(result.trainer.state.log_history)
@@ -104,8 +158,11 @@ def main() -> None:
         warm_model, tokenizer = load_warm_start_model(profile, result.run_dir)
         grpo_model, _ = load_for_evaluation(profile)
     print(f"heldout_problems: {len(problems)}")
-    print(f"heldout_rule: the first {len(problems)} GSM8K test problems; greedy and {SAMPLES} samples each "
-          f"(seed {SEED}), {profile.max_completion_length} new tokens", flush=True)
+    print(
+        f"heldout_rule: the first {len(problems)} GSM8K test problems; greedy and {SAMPLES} samples each "
+        f"(seed {SEED}), {profile.max_completion_length} new tokens",
+        flush=True,
+    )
     results = {}
     for stage, model in (("warm_start", warm_model), ("grpo", grpo_model)):
         stage_started = time.perf_counter()
@@ -123,7 +180,13 @@ def main() -> None:
     difference = paired_difference(results["warm_start"][1], results["grpo"][1], "pass@1")
     low, high = difference["ci"]
     print(f"heldout_pass1_difference: {difference['difference']:+.4f}")
-    print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}")
+    print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}", flush=True)
+    if args.curve:
+        print(f"heldout_curve_step_{result.trainer.state.global_step}: minutes {lab_minutes:.1f}, "
+              f"pass1 {results['grpo'][1]['pass@1']:.3f}, pass{SAMPLES} {results['grpo'][1][f'pass@{SAMPLES}']:.3f}, "
+              f"difference {difference['difference']:+.4f} ({low:+.4f} to {high:+.4f})", flush=True)  # fmt: skip
+        curve_lines(profile, result.run_dir, problems, results["warm_start"][1], clock.minutes,
+                    result.trainer.state.global_step)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -39,3 +39,24 @@ def test_stage_lines_give_greedy_strict_and_lenient_then_the_sampled_rates(bench
     assert values["heldout_maj8_grpo_ci"] == "0.015-0.060"
     assert values["heldout_mean_tokens_grpo"] == "24.0"
 
+
+def test_the_curve_samples_each_earlier_checkpoint_against_the_warm_start(bench, gsm8k_env) -> None:
+    """A real 2-step ci run saved at every step: one curve line (step 1), its minutes from the clock, a difference
+    whose interval holds it; the last step is left to the main lines."""
+    from course_utils.core.profiles import get_profile
+    from course_utils.evaluation.heldout import heldout_set
+    from course_utils.training import lab
+
+    profile = get_profile("ci").override(save_steps=1)
+    clock = bench.SaveClock(bench.time.perf_counter())
+    result = lab.run_training(profile, callbacks=[clock])
+    assert sorted(clock.minutes) == [1, 2] and all(minutes >= 0 for minutes in clock.minutes.values())
+    problems = heldout_set(2)
+    warm_model, tokenizer = bench.load_warm_start_model(profile, result.run_dir)
+    warm = bench.sample_stage(warm_model, tokenizer, problems, profile)
+    lines = bench.curve_lines(profile, result.run_dir, problems, warm, clock.minutes, last_step=2)
+    assert len(lines) == 1 and lines[0].startswith("heldout_curve_step_1: minutes ")
+    difference = float(lines[0].split("difference ")[1].split(" ")[0])
+    low, high = (float(x) for x in lines[0].split("(")[1].rstrip(")").split(" to "))
+    assert low <= difference <= high and -1 <= difference <= 1
+    assert bench.curve_lines(profile, result.run_dir, problems, warm, clock.minutes, last_step=1) == []
