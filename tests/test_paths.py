@@ -188,3 +188,16 @@ def test_a_series_line_is_read_as_numbers_and_a_missing_one_as_none_yet(monkeypa
         paths.bench_series("broken")
     monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(tmp_path / "absent.txt"))
     assert paths.bench_series("cpu_lab_correct_share_per_step") == []
+
+
+def test_names_by_prefix_come_in_file_order_and_an_empty_prefix_is_refused(monkeypatch, tmp_path):
+    results = tmp_path / "results.txt"
+    results.write_text("# benchmarks/x.py\nmachine_cpu: Some CPU\nheldout_curve_step_80: minutes 7.0\n"
+                       "heldout_curve_step_40: minutes 3.5\nheldout_pass1_grpo: 0.02\nnot a line\n")  # fmt: skip
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(results))
+    assert paths.bench_names_starting("heldout_curve_step_") == ["heldout_curve_step_80", "heldout_curve_step_40"]
+    assert paths.bench_names_starting("absent_") == []
+    with pytest.raises(ValueError, match="prefix is empty"):
+        paths.bench_names_starting("")
+    monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(tmp_path / "absent.txt"))
+    assert paths.bench_names_starting("heldout_curve_step_") == []

@@ -89,11 +89,13 @@ BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
 
 
 # Each results file and the command that writes it: the short benchmarks, and the held-out evaluation of the
-# 10-minute cpu lab (45 minutes) and of the 30-minute cpu-long lab (65 minutes)
+# 10-minute cpu lab (45 minutes) and of the 30-minute cpu-long lab (65 minutes; with every checkpoint sampled, the
+# curve of held-out pass@1 against the lab's minutes, 80 minutes)
 BENCH_FILES = {
     "results": "make bench",
     "results_heldout": "make bench-heldout",
     "results_heldout_cpu_long": "make bench-heldout HELDOUT_PROFILE=cpu-long",
+    "results_heldout_cpu_long_curve": "make bench-heldout HELDOUT_PROFILE=cpu-long HELDOUT_CURVE=1",
     "results_tools": "make bench-tools",
 }
 
@@ -123,6 +125,20 @@ def bench_figures(names: list[str] | tuple[str, ...], results: str = "results") 
         if sep and name.strip() in names:
             figures[name.strip()] = value.strip()
     return figures
+
+
+def bench_names_starting(prefix: str, results: str = "results") -> list[str]:
+    """The names of the lines of ``bench_results_path(results)`` that start with ``prefix``, in file order.
+
+    Why: a series of lines named by their step (``heldout_curve_step_40``) is cited without restating its steps.
+    """
+    if not prefix:
+        raise ValueError("prefix is empty: every line would match; give the start of the names, e.g. 'heldout_curve_'")
+    path = bench_results_path(results)
+    if not path.is_file():
+        return []
+    names = (line.partition(":")[0].strip() for line in path.read_text().splitlines() if ":" in line)
+    return [name for name in names if name.startswith(prefix)]
 
 
 def bench_series(name: str, results: str = "results") -> list[float]:
