@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR) REHEARSAL_PA
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout bench-tools variants clean pins colab-links gpu-check render rehearse rehearse-packages
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout bench-levers bench-tools variants clean pins colab-links gpu-check render rehearse rehearse-packages
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -122,7 +122,7 @@ course: setup
 BENCH_RESULTS ?= benchmarks/results.txt
 BENCH_LONG_RESULTS ?= benchmarks/results_long.txt
 LONG_BENCHES := benchmarks/bench_reward_presets.py benchmarks/bench_heldout.py
-SEPARATE_BENCHES := benchmarks/bench_00_machine.py $(LONG_BENCHES) benchmarks/bench_tools.py
+SEPARATE_BENCHES := benchmarks/bench_00_machine.py $(LONG_BENCHES) benchmarks/bench_tools.py benchmarks/bench_lab_levers.py
 bench: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(filter-out $(SEPARATE_BENCHES),$(wildcard benchmarks/bench_*.py)); do \
 	  echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
@@ -149,6 +149,19 @@ bench-heldout: setup
 	  $(if $(HELDOUT_SEED),--seed $(HELDOUT_SEED)) $(if $(HELDOUT_CURVE),--curve) \
 	  || exit 1; done | tee $(BENCH_HELDOUT_RESULTS).new
 	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
+
+# The cpu lab's levers, each on its own (benchmarks/bench_lab_levers.py): one whole lab per lever (a completion cap of
+# 64, groups of 2, a generation batch of 32, a longer warm start) beside the unchanged lab, its time and training
+# signal (about 30 minutes on 2 cores), written to $(BENCH_LEVERS_RESULTS); LEVERS="cap_64 two_grpo" runs some.
+# LEVERS_KERNELS="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 path
+BENCH_LEVERS_RESULTS ?= benchmarks/results_levers.txt
+LEVERS ?=
+LEVERS_KERNELS ?=
+bench-levers: setup
+	@set -o pipefail; { echo "# benchmarks/bench_00_machine.py"; $(LEVERS_KERNELS) $(PY) benchmarks/bench_00_machine.py && \
+	  echo "# benchmarks/bench_lab_levers.py" && $(LEVERS_KERNELS) COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 \
+	  $(PY) benchmarks/bench_lab_levers.py $(if $(LEVERS),--levers $(LEVERS)); } | tee $(BENCH_LEVERS_RESULTS).new
+	@mv $(BENCH_LEVERS_RESULTS).new $(BENCH_LEVERS_RESULTS); echo "written: $(BENCH_LEVERS_RESULTS)"
 
 # Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
 # 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems

@@ -92,6 +92,11 @@ def evaluate_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> t
     return greedy, sample_stage(model, tokenizer, problems, profile)
 
 
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """GRPOConfig fields the options change: the seed, and for the curve every checkpoint kept (not the last two)."""
+    return ({} if args.seed is None else {"seed": args.seed}) | ({"save_total_limit": None} if args.curve else {})
+
+
 class SaveClock(TrainerCallback):
     """Minutes since ``started`` at each checkpoint the trainer saves, by step."""
 
@@ -138,8 +143,7 @@ def main() -> None:
     started = time.perf_counter()
     clock = SaveClock(started)
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
-        result = lab.run_training(profile, callbacks=[clock], speedups=SPEEDUPS,
-                                  **({} if args.seed is None else {"seed": args.seed}))  # fmt: skip
+        result = lab.run_training(profile, callbacks=[clock], speedups=SPEEDUPS, **config_overrides(args))
     figures = monitoring.lab_figures(result.trainer.state.log_history)
     print(
         f"cpu_lab_profile: {profile.name} (beta {profile.beta}, problem_list {profile.problem_list}, "

@@ -60,3 +60,10 @@ def test_the_curve_samples_each_earlier_checkpoint_against_the_warm_start(bench,
     low, high = (float(x) for x in lines[0].split("(")[1].rstrip(")").split(" to "))
     assert low <= difference <= high and -1 <= difference <= 1
     assert bench.curve_lines(profile, result.run_dir, problems, warm, clock.minutes, last_step=1) == []
+
+
+def test_the_curve_keeps_every_checkpoint_and_the_seed_reaches_the_config(bench):
+    args = bench.argparse.Namespace(seed=None, curve=False)
+    assert bench.config_overrides(args) == {}
+    args.seed, args.curve = 1, True
+    assert bench.config_overrides(args) == {"seed": 1, "save_total_limit": None}
