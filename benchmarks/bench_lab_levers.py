@@ -9,12 +9,13 @@ changes the run, so each is timed and its training signal read beside the unchan
 - ``generation_batch_32``: ``steps_per_generation=4``: 32 completions generated at once, spread over 4 steps;
 - ``warm_start_64``: 64 warm-start examples instead of 32.
 
-For each, ``lever_{name}_minutes`` (warm start made afresh + GRPO), ``_warm_start_seconds``,
-``_step_seconds`` (the mean GRPO step), ``_mean_length_first_fifth`` / ``_last_fifth`` (completion tokens),
+For each, ``lever_{name}_minutes`` (warm start made afresh + GRPO), ``_warm_start_seconds``, ``_step_seconds``
+(the mean optimizer step, 8 completions), ``_mean_length_first_fifth`` / ``_last_fifth`` (completion tokens),
 ``_correct_first_fifth`` / ``_last_fifth`` (the share of completions the correctness reward called right) and
-``_varied_steps`` (steps whose completions were not all alike in correctness: with several groups a step, a
-group may still be all alike). Training signal only: whether a lever helps
-held-out solving is ``make bench-heldout``'s question. About 30 minutes on 2 cores: ``make bench-levers`` writes
+``_varied_steps`` (steps whose completions were not all alike in correctness: with several groups a step, a group
+may still be all alike). The last three are read per generation round: with a generation batch of 32, one logged
+round holds four steps' completions. Training signal only: whether a lever helps held-out solving is ``make
+bench-heldout``'s question. About 30 minutes on 2 cores: ``make bench-levers`` writes
 ``benchmarks/results_levers.txt``; ``--levers cap_64 two_grpo`` runs some.
 """
 
@@ -68,7 +69,7 @@ def lever_lines(name: str, warm_seconds: float, train_seconds: float, logs: Sequ
     figures = monitoring.lab_figures(history)
     lines = [f"lever_{name}_minutes: {(warm_seconds + train_seconds) / 60:.1f}",
              f"lever_{name}_warm_start_seconds: {warm_seconds:.0f}",
-             f"lever_{name}_step_seconds: {train_seconds / len(logs):.2f}"]  # fmt: skip
+             f"lever_{name}_step_seconds: {train_seconds / len(run_logs.step_logs(history)):.2f}"]  # fmt: skip
     first, last = fifths(lengths)
     lines += [f"lever_{name}_mean_length_first_fifth: {first:.1f}", f"lever_{name}_mean_length_last_fifth: {last:.1f}"]
     lines += [f"lever_{name}_correct_first_fifth: {figures['correctness_first_fifth']:.3f}",

@@ -57,3 +57,15 @@ def test_fifths_of_nothing_is_an_error(bench):
     with pytest.raises(ValueError, match="no values"):
         bench.fifths([])
     assert bench.fifths([1.0, 2.0, 3.0]) == (1.0, 3.0)
+
+
+def test_step_seconds_count_every_optimizer_step_not_only_the_generation_rounds(bench):
+    """With steps_per_generation=4, TRL logs a reward on one step in four; the other steps log a loss only."""
+    from course_utils.training import run_logs
+
+    history = []
+    for step in range(1, 9):
+        history.append(log(step, 30.0, 0.25, 0.5) if step % 4 == 1 else {"step": step, "loss": 0.1})
+    logs = run_logs.training_logs(history)
+    lines = dict(line.split(": ", 1) for line in bench.lever_lines("generation_batch_32", 0.0, 16.0, logs, history))
+    assert len(logs) == 2 and lines["lever_generation_batch_32_step_seconds"] == "2.00"
