@@ -97,6 +97,7 @@ BENCH_FILES = {
     "results_heldout_cpu_long": "make bench-heldout HELDOUT_PROFILE=cpu-long",
     "results_heldout_cpu_long_curve": "make bench-heldout HELDOUT_PROFILE=cpu-long HELDOUT_CURVE=1",
     "results_tools": "make bench-tools",
+    "results_levers": "make bench-levers",
 }
 
 
