@@ -115,6 +115,15 @@ def sample_stage(model: Any, tokenizer: Any, problems: Any, profile: Any) -> dic
                             speedups=SPEEDUPS)  # fmt: skip
 
 
+def curve_line(step: int, minutes: float, warm: Mapping[str, Any], sampled: Mapping[str, Any]) -> str:
+    """One point of the curve: the lab's minutes at the save, sampled pass@1 and pass@k, the paired difference."""
+    difference = paired_difference(warm, sampled, "pass@1")
+    low, high = difference["ci"]
+    return (f"heldout_curve_step_{step}: minutes {minutes:.1f}, pass1 {sampled['pass@1']:.3f}, "
+            f"pass{SAMPLES} {sampled[f'pass@{SAMPLES}']:.3f}, "
+            f"difference {difference['difference']:+.4f} ({low:+.4f} to {high:+.4f})")  # fmt: skip
+
+
 def curve_lines(profile: Any, run_dir: Any, problems: Any, warm: Mapping[str, Any], minutes: Mapping[int, float],
                 last_step: int) -> list[str]:  # fmt: skip
     """One line per checkpoint before the last: minutes into the lab, sampled pass@1, the paired difference."""
@@ -125,12 +134,8 @@ def curve_lines(profile: Any, run_dir: Any, problems: Any, warm: Mapping[str, An
         with contextlib.redirect_stdout(sys.stderr):
             base, tokenizer = load_warm_start_model(profile, run_dir)
             model = merged_unless_quantized(PeftModel.from_pretrained(base, folder)).eval()
-        sampled = sample_stage(model, tokenizer, problems, profile)
-        difference = paired_difference(warm, sampled, "pass@1")
-        low, high = difference["ci"]
-        lines.append(f"heldout_curve_step_{step}: minutes {minutes.get(step, float('nan')):.1f}, "
-                     f"pass1 {sampled['pass@1']:.3f}, pass{SAMPLES} {sampled[f'pass@{SAMPLES}']:.3f}, "
-                     f"difference {difference['difference']:+.4f} ({low:+.4f} to {high:+.4f})")  # fmt: skip
+        lines.append(curve_line(step, minutes.get(step, float("nan")), warm,
+                                sample_stage(model, tokenizer, problems, profile)))  # fmt: skip
         print(lines[-1], flush=True)
     return lines
 
@@ -186,11 +191,9 @@ def main() -> None:
     print(f"heldout_pass1_difference: {difference['difference']:+.4f}")
     print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}", flush=True)
     if args.curve:
-        print(f"heldout_curve_step_{result.trainer.state.global_step}: minutes {lab_minutes:.1f}, "
-              f"pass1 {results['grpo'][1]['pass@1']:.3f}, pass{SAMPLES} {results['grpo'][1][f'pass@{SAMPLES}']:.3f}, "
-              f"difference {difference['difference']:+.4f} ({low:+.4f} to {high:+.4f})", flush=True)  # fmt: skip
-        curve_lines(profile, result.run_dir, problems, results["warm_start"][1], clock.minutes,
-                    result.trainer.state.global_step)  # fmt: skip
+        last_step = result.trainer.state.global_step
+        print(curve_line(last_step, lab_minutes, results["warm_start"][1], results["grpo"][1]), flush=True)
+        curve_lines(profile, result.run_dir, problems, results["warm_start"][1], clock.minutes, last_step)
 
 
 if __name__ == "__main__":

@@ -62,10 +62,11 @@ def fifths(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values[:size]), statistics.fmean(values[-size:])
 
 
-def lever_lines(name: str, warm_seconds: float, train_seconds: float, logs: Sequence[Mapping[str, Any]],
-                history: Sequence[Mapping[str, Any]]) -> list[str]:  # fmt: skip
+def lever_lines(
+    name: str, warm_seconds: float, train_seconds: float, history: Sequence[Mapping[str, Any]]
+) -> list[str]:
     """One lever's lines from its run: times, completion lengths, the correct share and the steps with signal."""
-    lengths = [float(entry["completions/mean_length"]) for entry in logs]
+    lengths = [float(entry["completions/mean_length"]) for entry in run_logs.training_logs(history)]
     figures = monitoring.lab_figures(history)
     lines = [f"lever_{name}_minutes: {(warm_seconds + train_seconds) / 60:.1f}",
              f"lever_{name}_warm_start_seconds: {warm_seconds:.0f}",
@@ -85,9 +86,7 @@ def run_lever(name: str) -> list[str]:
     shutil.rmtree(trained_model.warm_start_model_dir(trained_model.default_run_dir(profile)), ignore_errors=True)
     with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
         result = lab.run_training(profile, speedups=SPEEDUPS, **overrides)
-    history = result.trainer.state.log_history
-    logs = run_logs.training_logs(history)
-    return lever_lines(name, result.warm_start_seconds, result.train_seconds, logs, history)
+    return lever_lines(name, result.warm_start_seconds, result.train_seconds, result.trainer.state.log_history)
 
 
 def main() -> None:

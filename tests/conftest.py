@@ -68,21 +68,26 @@ def offline_model_and_tokenizer():
     return load_model_and_tokenizer("ci")
 
 
+def _load_module(folder: str, name: str) -> ModuleType:
+    """Imports ``<folder>/<name>.py`` as a module, registered in ``sys.modules`` while it runs, as a real import is
+    (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", REPO_ROOT / folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def load_script():
-    """Imports ``scripts/<name>.py`` as a module (the scripts are not a package).
+    """Imports ``scripts/<name>.py`` as a module (the scripts are not a package)."""
+    return lambda name: _load_module("scripts", name)
 
-    Registered in ``sys.modules`` while it runs, as a real import is: dataclasses look their module up there.
-    """
 
-    def load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"scripts_{name}", REPO_ROOT / "scripts" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    return load
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Imports ``benchmarks/<name>.py`` as a module (the benchmarks are not a package)."""
+    return lambda name: _load_module("benchmarks", name)
 
 
 @pytest.fixture(scope="session")

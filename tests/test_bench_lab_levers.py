@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from course_utils.core.profiles import get_profile
 from course_utils.training.grpo_config import make_grpo_config
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_lab_levers.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_lab_levers", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_lab_levers")
 
 
 def test_every_lever_builds_a_grpo_config_that_differs_from_the_lab_only_where_it_says(bench, tmp_path):
@@ -41,10 +31,7 @@ def log(step: int, length: float, correct: float, std: float) -> dict:
 
 def test_lever_lines_give_times_lengths_and_the_correct_share_by_fifths(bench):
     history = [log(step, 50 - step, 0.25 * (step > 5), 0.5 * (step % 2)) for step in range(1, 11)]
-    from course_utils.training import run_logs
-
-    logs = run_logs.training_logs(history)
-    lines = dict(line.split(": ", 1) for line in bench.lever_lines("cap_64", 30.0, 90.0, logs, history))
+    lines = dict(line.split(": ", 1) for line in bench.lever_lines("cap_64", 30.0, 90.0, history))
     assert lines["lever_cap_64_minutes"] == "2.0" and lines["lever_cap_64_warm_start_seconds"] == "30"
     assert lines["lever_cap_64_step_seconds"] == "9.00"
     assert lines["lever_cap_64_mean_length_first_fifth"] == "48.5"  # steps 1-2: 49 and 48
@@ -67,5 +54,5 @@ def test_step_seconds_count_every_optimizer_step_not_only_the_generation_rounds(
     for step in range(1, 9):
         history.append(log(step, 30.0, 0.25, 0.5) if step % 4 == 1 else {"step": step, "loss": 0.1})
     logs = run_logs.training_logs(history)
-    lines = dict(line.split(": ", 1) for line in bench.lever_lines("generation_batch_32", 0.0, 16.0, logs, history))
+    lines = dict(line.split(": ", 1) for line in bench.lever_lines("generation_batch_32", 0.0, 16.0, history))
     assert len(logs) == 2 and lines["lever_generation_batch_32_step_seconds"] == "2.00"

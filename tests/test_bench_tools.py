@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from course_utils.core.profiles import get_profile
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_tools.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_tools", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_tools")
 
 
 def test_the_lab_lines_read_the_last_logged_tool_metrics(bench):
