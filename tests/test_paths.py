@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,12 @@ def test_names_by_prefix_come_in_file_order_and_an_empty_prefix_is_refused(monke
         paths.bench_names_starting("")
     monkeypatch.setenv(paths.BENCH_RESULTS_ENV_VAR, str(tmp_path / "absent.txt"))
     assert paths.bench_names_starting("heldout_curve_step_") == []
+
+
+@pytest.mark.parametrize("results", sorted(paths.BENCH_FILES))
+def test_each_results_file_is_the_one_its_command_writes(results):
+    """The command ``describe_bench_figures`` names, dry-run by make, ends by writing that file and no other."""
+    make, *arguments = paths.BENCH_FILES[results].split()
+    dry_run = subprocess.run([make, "-n", *arguments], cwd=paths.repo_root(), capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    assert re.findall(r"written: ([\w/.]+)", dry_run) == [f"benchmarks/{results}.txt"]

@@ -90,12 +90,15 @@ BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
 
 # Each results file and the command that writes it: the short benchmarks, and the held-out evaluation of the
 # 10-minute cpu lab (45 minutes) and of the 30-minute cpu-long lab (65 minutes; with every checkpoint sampled, the
-# curve of held-out pass@1 against the lab's minutes, 80 minutes)
+# curve of held-out pass@1 against the lab's minutes, 80 minutes, in two training seeds)
 BENCH_FILES = {
     "results": "make bench",
     "results_heldout": "make bench-heldout",
     "results_heldout_cpu_long": "make bench-heldout HELDOUT_PROFILE=cpu-long",
     "results_heldout_cpu_long_curve": "make bench-heldout HELDOUT_PROFILE=cpu-long HELDOUT_CURVE=1",
+    "results_heldout_cpu_long_seed1_curve": (
+        "make bench-heldout HELDOUT_PROFILE=cpu-long HELDOUT_SEED=1 HELDOUT_CURVE=1"
+    ),
     "results_tools": "make bench-tools",
     "results_levers": "make bench-levers",
 }
