@@ -151,8 +151,9 @@ bench-heldout: setup
 	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
 
 # The cpu lab's levers, each on its own (benchmarks/bench_lab_levers.py): one whole lab per lever (a completion cap of
-# 64, groups of 2, a generation batch of 32, a longer warm start) beside the unchanged lab, its time and training
-# signal (about 30 minutes on 2 cores), written to $(BENCH_LEVERS_RESULTS); LEVERS="cap_64 two_grpo" runs some.
+# 64, groups of 2, a generation batch of 32, a longer warm start, transformers' continuous batching) beside the unchanged
+# lab, its time and training signal (about 45 minutes on 2 cores), written to $(BENCH_LEVERS_RESULTS); LEVERS="cap_64
+# two_grpo" runs some.
 # LEVERS_KERNELS="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 path
 BENCH_LEVERS_RESULTS ?= benchmarks/results_levers.txt
 LEVERS ?=

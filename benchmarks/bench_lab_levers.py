@@ -1,13 +1,17 @@
 """The `cpu` lab's levers, each measured on its own: one whole lab run per lever, the others as the profile has them.
 
-A lever that changes what is computed (the completion cap, the group size, the generation batch, the warm start)
+A lever that changes what is computed (the completion cap, the group size, the generation batch, the warm start,
+the generation path)
 changes the run, so each is timed and its training signal read beside the unchanged lab's:
 
 - ``baseline``: the `cpu` profile as it is;
 - ``cap_64``: ``max_completion_length=64`` instead of 96 (generation runs until the longest row stops);
 - ``two_grpo``: ``num_generations=2`` with the same 8 completions a step, so 4 prompts a step ("It Takes Two");
 - ``generation_batch_32``: ``steps_per_generation=4``: 32 completions generated at once, spread over 4 steps;
-- ``warm_start_64``: 64 warm-start examples instead of 32.
+- ``warm_start_64``: 64 warm-start examples instead of 32;
+- ``continuous_batching``: ``use_transformers_continuous_batching=True``: TRL generates through transformers'
+  ``generate_batch`` (paged attention, rows refilled as they finish) instead of ``generate``, so the plug-in's group
+  generation does not run.
 
 For each, ``lever_{name}_minutes`` (warm start made afresh + GRPO), ``_warm_start_seconds``, ``_step_seconds``
 (the mean optimizer step, 8 completions), ``_mean_length_first_fifth`` / ``_last_fifth`` (completion tokens),
@@ -15,7 +19,7 @@ For each, ``lever_{name}_minutes`` (warm start made afresh + GRPO), ``_warm_star
 ``_varied_steps`` (steps whose completions were not all alike in correctness: with several groups a step, a group
 may still be all alike). The last three are read per generation round: with a generation batch of 32, one logged
 round holds four steps' completions. Training signal only: whether a lever helps held-out solving is ``make
-bench-heldout``'s question. About 30 minutes on 2 cores: ``make bench-levers`` writes
+bench-heldout``'s question. About 45 minutes on 2 cores: ``make bench-levers`` writes
 ``benchmarks/results_levers.txt``; ``--levers cap_64 two_grpo`` runs some.
 """
 
@@ -43,6 +47,7 @@ LEVERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "two_grpo": ({"num_generations": 2}, {}),
     "generation_batch_32": ({}, {"steps_per_generation": 4}),
     "warm_start_64": ({"warm_start_examples": 64}, {}),
+    "continuous_batching": ({}, {"use_transformers_continuous_batching": True}),
 }
 # The CPU plug-in (appendix 99), as the lab trains; COURSE_CPU_SPEEDUPS=0 turns it off
 SPEEDUPS = cpu_speed
