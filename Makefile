@@ -120,18 +120,20 @@ course: setup
 # The training comparisons (several whole `cpu` lab runs each, tens of minutes) are `make bench-long`, the tool lab and
 # its held-out measurement (about 45 minutes) `make bench-tools`.
 BENCH_RESULTS ?= benchmarks/results.txt
+# A bench writes its lines to <file>.new; only a finished run replaces <file>: $(call keep_results,<file>)
+keep_results = mv $(1).new $(1); echo "written: $(1)"
 BENCH_LONG_RESULTS ?= benchmarks/results_long.txt
 LONG_BENCHES := benchmarks/bench_reward_presets.py benchmarks/bench_heldout.py
 SEPARATE_BENCHES := benchmarks/bench_00_machine.py $(LONG_BENCHES) benchmarks/bench_tools.py benchmarks/bench_lab_levers.py
 bench: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(filter-out $(SEPARATE_BENCHES),$(wildcard benchmarks/bench_*.py)); do \
 	  echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new
-	@mv $(BENCH_RESULTS).new $(BENCH_RESULTS); echo "written: $(BENCH_RESULTS)"
+	@$(call keep_results,$(BENCH_RESULTS))
 
 bench-long: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(LONG_BENCHES); do echo "# $$script"; \
 	  COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_LONG_RESULTS).new
-	@mv $(BENCH_LONG_RESULTS).new $(BENCH_LONG_RESULTS); echo "written: $(BENCH_LONG_RESULTS)"
+	@$(call keep_results,$(BENCH_LONG_RESULTS))
 
 # Does the cpu lab learn to solve? One lab run, then warm start and GRPO on 200 held-out test problems, greedy and
 # 8 samples each (about 45 minutes on 2 cores): benchmarks/bench_heldout.py, written to $(BENCH_HELDOUT_RESULTS)
@@ -148,7 +150,7 @@ bench-heldout: setup
 	  COURSE_PROFILE=$(HELDOUT_PROFILE) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script --profile $(HELDOUT_PROFILE) \
 	  $(if $(HELDOUT_SEED),--seed $(HELDOUT_SEED)) $(if $(HELDOUT_CURVE),--curve) \
 	  || exit 1; done | tee $(BENCH_HELDOUT_RESULTS).new
-	@mv $(BENCH_HELDOUT_RESULTS).new $(BENCH_HELDOUT_RESULTS); echo "written: $(BENCH_HELDOUT_RESULTS)"
+	@$(call keep_results,$(BENCH_HELDOUT_RESULTS))
 
 # The cpu lab's levers, each on its own (benchmarks/bench_lab_levers.py): one whole lab per lever (a completion cap of
 # 64, groups of 2, a generation batch of 32, a longer warm start, transformers' continuous batching) beside the unchanged
@@ -162,7 +164,7 @@ bench-levers: setup
 	@set -o pipefail; { echo "# benchmarks/bench_00_machine.py"; $(LEVERS_KERNELS) $(PY) benchmarks/bench_00_machine.py && \
 	  echo "# benchmarks/bench_lab_levers.py" && $(LEVERS_KERNELS) COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 \
 	  $(PY) benchmarks/bench_lab_levers.py $(if $(LEVERS),--levers $(LEVERS)); } | tee $(BENCH_LEVERS_RESULTS).new
-	@mv $(BENCH_LEVERS_RESULTS).new $(BENCH_LEVERS_RESULTS); echo "written: $(BENCH_LEVERS_RESULTS)"
+	@$(call keep_results,$(BENCH_LEVERS_RESULTS))
 
 # Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
 # 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems
@@ -177,7 +179,7 @@ bench-tools: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py benchmarks/bench_tools.py; do echo "# $$script"; \
 	  $(TOOLS_KERNELS) COURSE_PROFILE=$(TOOLS_PROFILE) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script \
 	  --profile $(TOOLS_PROFILE) $(TOOLS_ARGS) || exit 1; done | tee $(BENCH_TOOLS_RESULTS).new
-	@mv $(BENCH_TOOLS_RESULTS).new $(BENCH_TOOLS_RESULTS); echo "written: $(BENCH_TOOLS_RESULTS)"
+	@$(call keep_results,$(BENCH_TOOLS_RESULTS))
 
 # The course to look at before running it (scripts/render_course.py): every complete notebook executed under
 # RENDER_PROFILE into rendered/ (committed with its outputs, headed by the machine and date), and build/site/ as

@@ -1,8 +1,7 @@
 """The `cpu` lab's levers, each measured on its own: one whole lab run per lever, the others as the profile has them.
 
 A lever that changes what is computed (the completion cap, the group size, the generation batch, the warm start,
-the generation path)
-changes the run, so each is timed and its training signal read beside the unchanged lab's:
+the generation path) changes the run, so each is timed and its training signal read beside the unchanged lab's:
 
 - ``baseline``: the `cpu` profile as it is;
 - ``cap_64``: ``max_completion_length=64`` instead of 96 (generation runs until the longest row stops);

@@ -15,11 +15,11 @@ def bench(load_benchmark):
 
 def test_every_lever_builds_a_grpo_config_that_differs_from_the_lab_only_where_it_says(bench, tmp_path):
     lab = make_grpo_config("cpu", output_dir=tmp_path)
+    fields = ("max_completion_length", "num_generations", "steps_per_generation",
+              "use_transformers_continuous_batching")  # fmt: skip
     for name, (changes, overrides) in bench.LEVERS.items():
         config = make_grpo_config(get_profile("cpu").override(**changes), output_dir=tmp_path, **overrides)
         assert config.per_device_train_batch_size == lab.per_device_train_batch_size, name  # 8 completions a step
-        fields = ("max_completion_length", "num_generations", "steps_per_generation",
-                  "use_transformers_continuous_batching")  # fmt: skip
         differing = {field for field in fields if getattr(config, field) != getattr(lab, field)}
         assert differing == (set(changes) | set(overrides)) - {"warm_start_examples"}, name
     assert make_grpo_config("cpu", output_dir=tmp_path, steps_per_generation=4).generation_batch_size == 32
