@@ -94,6 +94,7 @@ BENCH_RESULTS_ENV_VAR = "COURSE_BENCH_RESULTS"
 BENCH_FILES = {
     "results": "make bench",
     "results_heldout": "make bench-heldout",
+    "results_heldout_seed1": "make bench-heldout HELDOUT_SEED=1",
     "results_heldout_cpu_long": "make bench-heldout HELDOUT_PROFILE=cpu-long",
     "results_heldout_cpu_long_curve": "make bench-heldout HELDOUT_PROFILE=cpu-long HELDOUT_CURVE=1",
     "results_heldout_cpu_long_seed1_curve": (
