@@ -16,6 +16,7 @@ Prints ``name: value`` lines (run: ``.venv/bin/python benchmarks/bench_training.
 
 Timings depend on what else runs on the machine: ``machine_load_average`` is printed beside them, and
 ``cpu_lab_cpu_minutes`` (process CPU time / threads) estimates the run time on otherwise idle cores.
+``cpu_lab_learning_rate``: the rate the lab ran at, which its rewards depend on.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def main() -> None:
     print(f"cpu_lab_warm_start_seconds: {result.warm_start_seconds:.0f}")
     print(f"cpu_lab_grpo_seconds: {result.train_seconds:.0f}")
     print(f"cpu_lab_minutes: {lab_minutes:.1f}")
+    print(f"cpu_lab_learning_rate: {config.learning_rate:g}")  # the rewards below depend on it
     print(f"cpu_lab_cpu_minutes: {cpu_minutes:.1f}")
     for name, value in figures.items():
         print(f"cpu_lab_{name}: {value:.3f}")

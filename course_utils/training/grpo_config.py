@@ -194,7 +194,7 @@ def make_grpo_config(
 # the smallest allowed value, whether it is allowed itself, and what to give
 TRAINING_RANGES: dict[str, tuple[float, bool, str]] = {
     "temperature": (0.0, False, "a finite number above 0 (sampling divides the logits by it; 1.0 is usual)"),
-    "learning_rate": (0.0, False, "a finite number above 0 (LoRA runs use about 1e-5 to 2e-4)"),
+    "learning_rate": (0.0, False, "a finite number above 0 (LoRA runs use about 1e-5 to 5e-4)"),
     "beta": (0.0, True, "0 (no reference model) or a finite number above it (the KL penalty's weight; 0.04 is usual)"),
 }
 
