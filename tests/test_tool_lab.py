@@ -107,6 +107,12 @@ def test_the_tool_config_adds_the_tool_loop_and_the_tool_reward(name, tmp_path):
     assert run.name == f"{name}-tools" and run.problem_list is None
 
 
+def test_the_tool_run_takes_its_own_rate_where_the_profile_names_one():
+    cpu, ci = get_profile("cpu"), get_profile("ci")
+    assert tool_run_profile(cpu).learning_rate == cpu.tool_learning_rate != cpu.learning_rate
+    assert ci.tool_learning_rate is None and tool_run_profile(ci).learning_rate == ci.learning_rate
+
+
 def test_a_round_after_a_tool_answer_asks_only_for_the_budget_left(tiny_qwen):
     model = AutoModelForCausalLM.from_pretrained(tiny_qwen)
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen)

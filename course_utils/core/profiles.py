@@ -98,6 +98,7 @@ class Profile:
     # Traces and GRPO problems of at most this many solution steps (None: all); short traces, short SFT steps
     tool_max_solution_steps: int | None = None
     tool_max_steps: int | None = None  # GRPO steps of the tool run (None: max_steps)
+    tool_learning_rate: float | None = None  # the tool run's GRPO learning rate (None: learning_rate)
     tool_max_completion_length: int | None = None  # tokens of a whole completion, calls and answers included
     max_tool_calling_iterations: int = 4  # GRPOConfig's: rounds of calls per completion, then it must answer
 
@@ -237,6 +238,7 @@ PROFILES: dict[str, Profile] = {
         tool_warm_start_examples=48,
         tool_max_solution_steps=3,
         tool_max_steps=16,
+        tool_learning_rate=2e-4,  # the rate make bench-tools measured it at (benchmarks/results_tools.txt)
         tool_max_completion_length=128,
         max_tool_calling_iterations=3,
     ),

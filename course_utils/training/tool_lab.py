@@ -157,11 +157,13 @@ def trace_dataset(profile: Profile | str | None, tokenizer: Any, folder: str | P
 
 
 def tool_run_profile(profile: Profile | str | None = None) -> Profile:
-    """The profile as the tool run reads it: its ``tool_*`` steps and length in place of notebook 04's."""
+    """The profile as the tool run reads it: its ``tool_*`` steps, rate and length in place of notebook 04's."""
     p = get_profile(profile)
     changes: dict[str, Any] = {"name": f"{p.name}-tools", "problem_list": None}
     if p.tool_max_steps is not None:
         changes["max_steps"] = p.tool_max_steps
+    if p.tool_learning_rate is not None:
+        changes["learning_rate"] = p.tool_learning_rate
     if p.tool_max_completion_length is not None:
         changes["max_completion_length"] = p.tool_max_completion_length
     if p.tool_max_solution_steps is not None:
