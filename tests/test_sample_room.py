@@ -56,7 +56,7 @@ def test_the_cpu_warm_start_runs_on_the_sample_and_grpo_gets_the_other_problems(
     examples = warm_start_dataset(profile)
     prompts = training_dataset(profile, tokenizer=load_model_for_training(profile)[1])
     said = capsys.readouterr().out
-    assert "The bundled sample has 48 train problems" in said and "from list 'cpu'" in said
+    assert "The bundled sample has 48 train problems" in said and f"from list {profile.problem_list!r}" in said
     warm_questions = {row["prompt"][-1]["content"] for row in examples}
     assert len(examples) == 16 and len(prompts) > 0
     assert not warm_questions & {row["prompt"][-1]["content"] for row in prompts}, "no warm-start problem is a prompt"
