@@ -59,6 +59,13 @@ TOOL_TEMPLATES = ("own", "trl-qwen2.5")
 END_OF_TURN = "<|im_end|>"  # ChatML's end of a turn: Qwen2.5's template ends each turn with it
 TRACE_MAX_TOKENS = 512  # the warm start's max_length: a longer trace would be cut before its answer
 TOOL_USE_WEIGHT = 1.0  # tool_use_reward's weight beside the course's five (their preset's weights)
+# The tool run's own fields, each in place of notebook 04's where the profile sets it (None: notebook 04's)
+TOOL_RUN_FIELDS = {
+    "tool_max_steps": "max_steps",
+    "tool_learning_rate": "learning_rate",
+    "tool_max_completion_length": "max_completion_length",
+    "tool_max_solution_steps": "max_solution_steps",
+}
 
 
 # --- The tokenizer ---------------------------------------------------------------------------------------
@@ -159,16 +166,9 @@ def trace_dataset(profile: Profile | str | None, tokenizer: Any, folder: str | P
 def tool_run_profile(profile: Profile | str | None = None) -> Profile:
     """The profile as the tool run reads it: its ``tool_*`` steps, rate and length in place of notebook 04's."""
     p = get_profile(profile)
-    changes: dict[str, Any] = {"name": f"{p.name}-tools", "problem_list": None}
-    if p.tool_max_steps is not None:
-        changes["max_steps"] = p.tool_max_steps
-    if p.tool_learning_rate is not None:
-        changes["learning_rate"] = p.tool_learning_rate
-    if p.tool_max_completion_length is not None:
-        changes["max_completion_length"] = p.tool_max_completion_length
-    if p.tool_max_solution_steps is not None:
-        changes["max_solution_steps"] = p.tool_max_solution_steps
-    return p.override(**changes)
+    named = {field: getattr(p, tool_field) for tool_field, field in TOOL_RUN_FIELDS.items()}
+    changes = {field: value for field, value in named.items() if value is not None}
+    return p.override(name=f"{p.name}-tools", problem_list=None, **changes)
 
 
 def make_tool_grpo_config(
