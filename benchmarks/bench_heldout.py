@@ -12,6 +12,9 @@ of sampled pass@1 with its bootstrap interval). Prints ``name: value`` lines:
   ``heldout_maj8_{stage}`` (each with ``_ci``), ``heldout_mcnemar_p``, ``heldout_pass1_difference`` (``_ci``);
 - ``heldout_lenient_{stage}`` and ``heldout_lenient_mcnemar_p``: greedy answers read as the last number in the
   text, so a model that only learned the tags gains nothing there (a format gain against a maths gain);
+- ``lab_problems_pass1_{stage}`` and ``lab_problems_pass1_difference`` (``_ci``): the same sampling on the lab's own
+  training problems, before and after GRPO. Each step draws one problem, so the per-step share of right answers
+  mostly says which problem came up; fresh samples of every training problem say whether solving them rose;
 - with ``--curve``, ``heldout_curve_step_{N}``: each earlier checkpoint of the run sampled the same way, with the
   lab's minutes when it was saved and its paired pass@1 difference from the warm start: held-out solving against
   minutes of training, so a shorter lab can be read off one run.
@@ -50,6 +53,7 @@ from course_utils.evaluation.stats import mcnemar_exact
 from course_utils.evaluation.tables import paired_counts
 from course_utils.lesson.models import saved_model_kind
 from course_utils.training import lab, monitoring, run_logs, trained_model
+from course_utils.training.grpo_prompts import training_dataset
 
 SAMPLES = 8
 SEED = 1  # not the screening's seed 0: the held-out samples are fresh draws
@@ -140,6 +144,19 @@ def curve_lines(profile: Any, run_dir: Any, problems: Any, warm: Mapping[str, An
     return lines
 
 
+def lab_problem_lines(profile: Any, models: Mapping[str, Any], tokenizer: Any) -> list[str]:
+    """Sampled pass@1 on the problems the lab trains on, warm start and GRPO, with the paired difference."""
+    with contextlib.redirect_stdout(sys.stderr):
+        problems = training_dataset(profile, tokenizer=tokenizer)
+    sampled = {stage: sample_stage(model, tokenizer, problems, profile) for stage, model in models.items()}
+    difference = paired_difference(sampled["warm_start"], sampled["grpo"], "pass@1")
+    low, high = difference["ci"]
+    return [f"lab_problems: {len(problems)}"] + [
+        f"lab_problems_pass1_{stage}: {result['pass@1']:.3f}" for stage, result in sampled.items()
+    ] + [f"lab_problems_pass1_difference: {difference['difference']:+.4f}",
+         f"lab_problems_pass1_difference_ci: {low:+.4f} to {high:+.4f}"]  # fmt: skip
+
+
 def main() -> None:
     args = parse_args()
     profile = get_profile(args.profile)
@@ -190,6 +207,7 @@ def main() -> None:
     low, high = difference["ci"]
     print(f"heldout_pass1_difference: {difference['difference']:+.4f}")
     print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}", flush=True)
+    print("\n".join(lab_problem_lines(profile, {"warm_start": warm_model, "grpo": grpo_model}, tokenizer)), flush=True)
     if args.curve:
         last_step = result.trainer.state.global_step
         print(curve_line(last_step, lab_minutes, results["warm_start"][1], results["grpo"][1]), flush=True)

@@ -57,3 +57,21 @@ def test_the_curve_keeps_every_checkpoint_and_the_seed_reaches_the_config(bench)
     assert bench.config_overrides(args) == {}
     args.seed, args.curve = 1, True
     assert bench.config_overrides(args) == {"seed": 1, "save_total_limit": None}
+
+
+def test_lab_problem_lines_sample_the_profiles_own_training_problems(bench, gsm8k_env) -> None:
+    """One real model as both stages: as many problems as the profile trains on, equal rates, a difference of 0."""
+    from course_utils.core.profiles import get_profile
+    from course_utils.training.run import load_model_for_training
+
+    profile = get_profile("ci").override(train_size=3)
+    model, tokenizer = load_model_for_training(profile)
+    lines = bench.lab_problem_lines(profile, {"warm_start": model, "grpo": model}, tokenizer)
+    values = dict(line.split(": ", 1) for line in lines)
+    assert list(values) == ["lab_problems", "lab_problems_pass1_warm_start", "lab_problems_pass1_grpo",
+                            "lab_problems_pass1_difference", "lab_problems_pass1_difference_ci"]  # fmt: skip
+    assert values["lab_problems"] == "3"
+    assert values["lab_problems_pass1_warm_start"] == values["lab_problems_pass1_grpo"]
+    assert 0 <= float(values["lab_problems_pass1_grpo"]) <= 1
+    assert values["lab_problems_pass1_difference"] == "+0.0000"
+    assert values["lab_problems_pass1_difference_ci"] == "+0.0000 to +0.0000"
