@@ -182,7 +182,7 @@ def run_variant(
         "save_strategy": "no",
         "logging_steps": 1,
         "log_completions": log_completions,
-        "num_completions_to_print": 2,
+        "num_completions_to_print": 1,  # TRL's live table, one completion a step: the logged files keep them all
         **fields,
     }
     if reward_weights is not None:
