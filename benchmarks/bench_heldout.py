@@ -149,12 +149,21 @@ def lab_problem_lines(profile: Any, models: Mapping[str, Any], tokenizer: Any) -
     with contextlib.redirect_stdout(sys.stderr):
         problems = training_dataset(profile, tokenizer=tokenizer)
     sampled = {stage: sample_stage(model, tokenizer, problems, profile) for stage, model in models.items()}
-    difference = paired_difference(sampled["warm_start"], sampled["grpo"], "pass@1")
+    return [
+        f"lab_problems: {len(problems)}",
+        *(f"lab_problems_pass1_{stage}: {result['pass@1']:.3f}" for stage, result in sampled.items()),
+        *difference_lines("lab_problems_pass1", sampled["warm_start"], sampled["grpo"]),
+    ]
+
+
+def difference_lines(prefix: str, warm: Mapping[str, Any], grpo: Mapping[str, Any]) -> list[str]:
+    """``<prefix>_difference`` and its ``_ci``: GRPO's sampled pass@1 minus the warm start's, paired by problem."""
+    difference = paired_difference(warm, grpo, "pass@1")
     low, high = difference["ci"]
-    return [f"lab_problems: {len(problems)}"] + [
-        f"lab_problems_pass1_{stage}: {result['pass@1']:.3f}" for stage, result in sampled.items()
-    ] + [f"lab_problems_pass1_difference: {difference['difference']:+.4f}",
-         f"lab_problems_pass1_difference_ci: {low:+.4f} to {high:+.4f}"]  # fmt: skip
+    return [
+        f"{prefix}_difference: {difference['difference']:+.4f}",
+        f"{prefix}_difference_ci: {low:+.4f} to {high:+.4f}",
+    ]
 
 
 def main() -> None:
@@ -203,10 +212,7 @@ def main() -> None:
     print(f"heldout_lenient_only_warm_start_right: {only_warm}")
     print(f"heldout_lenient_only_grpo_right: {only_grpo}")
     print(f"heldout_lenient_mcnemar_p: {mcnemar_exact(only_warm, only_grpo):.4f}")
-    difference = paired_difference(results["warm_start"][1], results["grpo"][1], "pass@1")
-    low, high = difference["ci"]
-    print(f"heldout_pass1_difference: {difference['difference']:+.4f}")
-    print(f"heldout_pass1_difference_ci: {low:+.4f} to {high:+.4f}", flush=True)
+    print("\n".join(difference_lines("heldout_pass1", results["warm_start"][1], results["grpo"][1])), flush=True)
     print("\n".join(lab_problem_lines(profile, {"warm_start": warm_model, "grpo": grpo_model}, tokenizer)), flush=True)
     if args.curve:
         last_step = result.trainer.state.global_step

@@ -75,3 +75,21 @@ def test_lab_problem_lines_sample_the_profiles_own_training_problems(bench, gsm8
     assert 0 <= float(values["lab_problems_pass1_grpo"]) <= 1
     assert values["lab_problems_pass1_difference"] == "+0.0000"
     assert values["lab_problems_pass1_difference_ci"] == "+0.0000 to +0.0000"
+
+
+def records(*pass1: float) -> dict:
+    return {"records": [{"gold": str(index), "pass@1": value} for index, value in enumerate(pass1)]}
+
+
+def test_difference_lines_give_grpo_minus_the_warm_start_paired_by_problem(bench) -> None:
+    lines = bench.difference_lines("heldout_pass1", records(0.0, 0.25, 0.5), records(0.25, 0.25, 1.0))
+    values = dict(line.split(": ", 1) for line in lines)
+    assert list(values) == ["heldout_pass1_difference", "heldout_pass1_difference_ci"]
+    assert values["heldout_pass1_difference"] == "+0.2500"
+    low, high = (float(side) for side in values["heldout_pass1_difference_ci"].split(" to "))
+    assert 0 <= low <= 0.25 <= high <= 0.5
+
+
+def test_difference_lines_refuse_results_on_other_problems(bench) -> None:
+    with pytest.raises(ValueError, match="not on the same problems"):
+        bench.difference_lines("heldout_pass1", records(0.0, 0.5), records(0.5))
