@@ -38,7 +38,7 @@
     ``memory_parts`` (each part of it in bytes, from ``RunSettings``),
     ``memory_measurement`` (real runs' peak memory against it), ``problem_choice`` (the problems the warm start
     solves sometimes, listed), ``lab`` (the whole lab in one call, and notebook 06's one-step runs), ``tool_lab``
-    (notebook 04's run with a calculator: the tool template, the warm start on traces, GRPO with ``tools=``).
+    (notebook 08's run, notebook 04's with a calculator: the tool template, the warm start on traces, ``tools=``).
 ``evaluation``: did GRPO help, and at what cost; imports core, lesson and training.
     ``stats`` (Wilson and bootstrap intervals, the exact McNemar test, pass@k, a step's reward noise), ``metrics``
     (completions scored against gold answers), ``tables`` (models compared on the same problems), ``heldout``

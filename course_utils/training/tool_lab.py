@@ -1,4 +1,4 @@
-"""Notebook 04's run with a calculator: a warm start on tool-call traces, then ``GRPOTrainer(tools=[calculator])``.
+"""Notebook 08's run, notebook 04's with a calculator: a warm start on tool-call traces, then GRPO with ``tools=``.
 
 The pieces, each from the profile (its ``tool_*`` fields, the rest as notebook 04's run):
 
