@@ -76,8 +76,11 @@ def drift(reference: Any, other: Any, sequences: torch.Tensor, prompt_tokens: in
     return kl.flatten(), shift.flatten()
 
 
-def sampled_sequences(model: Any, tokenizer: Any, prompt: list[dict[str, str]], rows: int, new_tokens: int) -> Any:
-    """``rows`` completions of exactly ``new_tokens`` tokens sampled from ``model`` at temperature 1 (the lab's)."""
+def sampled_sequences(
+    model: Any, tokenizer: Any, prompt: list[dict[str, str]], rows: int, new_tokens: int
+) -> tuple[torch.Tensor, int]:
+    """``rows`` completions of exactly ``new_tokens`` tokens sampled from ``model`` at temperature 1 (the lab's),
+    each after the prompt, and the prompt's length in tokens."""
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         return model.generate(
