@@ -42,15 +42,20 @@ def quantized_copy(model: Any, layer_names: list[str]) -> Any:
 
     The copy's output head is its own (a tied head would quantize the input embedding with it).
     """
-    linear = {name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
-    unknown = sorted(set(layer_names) - linear)
+    unknown = sorted(set(layer_names) - set(linear_layer_names(model)))
     if unknown or not layer_names:
         raise ValueError(f"quantized_copy needs names of the model's linear layers; not linear layers: {unknown}")
     quantized = copy.deepcopy(model)
     if hasattr(quantized, "lm_head"):
         quantized.lm_head = copy.deepcopy(model.lm_head)
+    return int8_layers(quantized, layer_names)
+
+
+def int8_layers(model: torch.nn.Module, layer_names: list[str] | None = None) -> Any:
+    """``model`` with its named linear layers (every one by default) made int8, in place: callers pass a copy."""
     qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-    return torch.ao.quantization.quantize_dynamic(quantized, dict.fromkeys(layer_names, qconfig), dtype=torch.qint8)
+    spec = {torch.nn.Linear: qconfig} if layer_names is None else dict.fromkeys(layer_names, qconfig)
+    return torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
 
 
 def linear_layer_names(model: Any, head_only: bool = False) -> list[str]:
@@ -59,17 +64,26 @@ def linear_layer_names(model: Any, head_only: bool = False) -> list[str]:
     return [name for name in names if name == "lm_head"] if head_only else names
 
 
-def drift(reference: Any, other: Any, sequences: torch.Tensor, prompt_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per completion token: KL(reference || other) of the next-token distribution, and |change| of the log-probability
-    of the token that was sampled. ``sequences`` are prompt plus completion, every row the same length."""
+def next_token_logps(model: Any, sequences: torch.Tensor, prompt_tokens: int) -> torch.Tensor:
+    """``model``'s log-probabilities of every next token at each completion position, in fp32.
+
+    ``sequences`` are prompt plus completion, every row the same length (no padding).
+    """
     if sequences.dim() != 2 or not 0 < prompt_tokens < sequences.shape[1]:
         raise ValueError(
-            f"drift needs a (rows, tokens) tensor with completion tokens after the {prompt_tokens} prompt tokens; "
-            f"got shape {tuple(sequences.shape)}"
+            f"next_token_logps needs a (rows, tokens) tensor with completion tokens after the {prompt_tokens} prompt "
+            f"tokens; got shape {tuple(sequences.shape)}"
         )
     with torch.no_grad():
-        expected = F.log_softmax(reference(sequences).logits[:, prompt_tokens - 1 : -1].float(), dim=-1)
-        changed = F.log_softmax(other(sequences).logits[:, prompt_tokens - 1 : -1].float(), dim=-1)
+        return F.log_softmax(model(sequences).logits[:, prompt_tokens - 1 : -1].float(), dim=-1)
+
+
+def drift(
+    expected: torch.Tensor, other: Any, sequences: torch.Tensor, prompt_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per completion token: KL(reference || other) of the next-token distribution, and |change| of the log-probability
+    of the token that was sampled. ``expected``: the reference model's :func:`next_token_logps` of ``sequences``."""
+    changed = next_token_logps(other, sequences, prompt_tokens)
     kl = (expected.exp() * (expected - changed)).sum(-1)
     sampled = sequences[:, prompt_tokens:, None]
     shift = (expected.gather(-1, sampled) - changed.gather(-1, sampled)).squeeze(-1).abs()
@@ -114,9 +128,7 @@ def decode_products(model: Any, rows: int) -> dict[str, float]:
     kernels = fastest_kernels(layers, rows)
     packed = [(pack(kernels[tuple(layer.weight.shape), layer.weight.dtype], layer, rows), layer.in_features)
               for layer in layers]  # fmt: skip
-    qconfig = {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
-    int8 = [(torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(layer), qconfig, dtype=torch.qint8),
-             layer.in_features) for layer in layers]  # fmt: skip
+    int8 = [(int8_layers(torch.nn.Sequential(copy.deepcopy(layer))), layer.in_features) for layer in layers]
     width = {size: torch.randn(rows, size) for size in {layer.in_features for layer in layers}}
     return {"fp32_packed": products_ms(packed, rows, width), "int8": products_ms(int8, rows, width)}
 
@@ -140,8 +152,9 @@ def main() -> None:
         sequences, prompt_tokens = sampled_sequences(
             model, tokenizer, problem["prompt"], rows, profile.max_completion_length
         )
+        expected = next_token_logps(model, sequences, prompt_tokens)
         for name, other in copies.items():
-            drifts[name].append(drift(model, other, sequences, prompt_tokens))
+            drifts[name].append(drift(expected, other, sequences, prompt_tokens))
     print(f"sampling_drift_settings: {len(problems)} held-out prompts x {rows} completions x "
           f"{profile.max_completion_length} tokens sampled from the fp32 model")  # fmt: skip
     for name, parts in drifts.items():

@@ -52,26 +52,40 @@ def test_linear_layer_names_lists_every_linear_layer_or_the_head(bench, model) -
     assert bench.linear_layer_names(model, head_only=True) == ["lm_head"]
 
 
+def test_next_token_logps_are_a_distribution_at_each_completion_position(bench, model, sequences) -> None:
+    ids, prompt_tokens = sequences
+    logps = bench.next_token_logps(model, ids, prompt_tokens)
+    assert logps.shape == (2, 6, model.config.vocab_size) and logps.dtype == torch.float32
+    assert torch.allclose(logps.exp().sum(-1), torch.ones(2, 6), atol=1e-4)
+
+
 def test_drift_is_zero_against_the_model_itself_and_grows_with_coarser_weights(bench, model, sequences) -> None:
     ids, prompt_tokens = sequences
-    kl_self, shift_self = bench.drift(model, model, ids, prompt_tokens)
+    expected = bench.next_token_logps(model, ids, prompt_tokens)
+    kl_self, shift_self = bench.drift(expected, model, ids, prompt_tokens)
     assert kl_self.shape == shift_self.shape == (2 * 6,)
     assert kl_self.abs().max() < 1e-5 and shift_self.max() < 1e-5
-    kl_bf16, _ = bench.drift(model, copy.deepcopy(model).to(torch.bfloat16), ids, prompt_tokens)
+    kl_bf16, _ = bench.drift(expected, copy.deepcopy(model).to(torch.bfloat16), ids, prompt_tokens)
     int8_head = bench.quantized_copy(model, ["lm_head"])
-    kl_int8, shift_int8 = bench.drift(model, int8_head, ids, prompt_tokens)
+    kl_int8, shift_int8 = bench.drift(expected, int8_head, ids, prompt_tokens)
     assert 0 < kl_bf16.mean() < kl_int8.mean() and shift_int8.mean() > 0
 
 
 @pytest.mark.parametrize("prompt_tokens", [0, 100])
-def test_drift_refuses_sequences_without_completion_tokens(bench, model, prompt_tokens) -> None:
+def test_next_token_logps_refuse_sequences_without_completion_tokens(bench, model, prompt_tokens) -> None:
     with pytest.raises(ValueError, match="completion tokens"):
-        bench.drift(model, model, torch.ones(2, 100, dtype=torch.long), prompt_tokens)
+        bench.next_token_logps(model, torch.ones(2, 100, dtype=torch.long), prompt_tokens)
 
 
-def test_drift_refuses_a_flat_tensor(bench, model) -> None:
+def test_next_token_logps_refuse_a_flat_tensor(bench, model) -> None:
     with pytest.raises(ValueError, match="rows, tokens"):
-        bench.drift(model, model, torch.ones(100, dtype=torch.long), 10)
+        bench.next_token_logps(model, torch.ones(100, dtype=torch.long), 10)
+
+
+def test_int8_layers_change_only_the_named_layers(bench) -> None:
+    layers = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    bench.int8_layers(layers, ["1"])
+    assert type(layers[0]) is torch.nn.Linear and "quantized" in type(layers[1]).__module__
 
 
 def test_decode_products_time_every_linear_layer_in_both_formats(bench) -> None:
