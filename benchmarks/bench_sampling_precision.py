@@ -91,17 +91,17 @@ def drift(
 
 
 def sampled_sequences(
-    model: Any, tokenizer: Any, prompt: list[dict[str, str]], rows: int, new_tokens: int
+    model: Any, tokenizer: Any, prompt: list[dict[str, str]], rows: int, new_tokens: int, temperature: float
 ) -> tuple[torch.Tensor, int]:
-    """``rows`` completions of exactly ``new_tokens`` tokens sampled from ``model`` at temperature 1 (the lab's),
-    each after the prompt, and the prompt's length in tokens."""
+    """``rows`` completions of exactly ``new_tokens`` tokens sampled from ``model`` at ``temperature`` over the whole
+    vocabulary (no top-p or top-k, as TRL's defaults), each after the prompt, and the prompt's length in tokens."""
     ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         return model.generate(
             ids["input_ids"].repeat(rows, 1),
             attention_mask=ids["attention_mask"].repeat(rows, 1),
             do_sample=True,
-            temperature=1.0,
+            temperature=temperature,
             top_p=1.0,
             top_k=0,
             max_new_tokens=new_tokens,
@@ -110,8 +110,8 @@ def sampled_sequences(
         ), ids["input_ids"].shape[1]
 
 
-def products_ms(products: list[Any], rows: int, width: dict[int, torch.Tensor]) -> float:
-    """Milliseconds for one call of each product on ``rows`` rows (best of ``PASSES``)."""
+def products_ms(products: list[Any], width: dict[int, torch.Tensor]) -> float:
+    """Milliseconds for one call of each product on the input of its width (best of ``PASSES``)."""
     best = float("inf")
     with torch.no_grad():
         for _ in range(PASSES + 1):
@@ -130,7 +130,7 @@ def decode_products(model: Any, rows: int) -> dict[str, float]:
               for layer in layers]  # fmt: skip
     int8 = [(int8_layers(torch.nn.Sequential(copy.deepcopy(layer))), layer.in_features) for layer in layers]
     width = {size: torch.randn(rows, size) for size in {layer.in_features for layer in layers}}
-    return {"fp32_packed": products_ms(packed, rows, width), "int8": products_ms(int8, rows, width)}
+    return {"fp32_packed": products_ms(packed, width), "int8": products_ms(int8, width)}
 
 
 def main() -> None:
@@ -150,7 +150,7 @@ def main() -> None:
     drifts: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {name: [] for name in copies}
     for problem in problems:
         sequences, prompt_tokens = sampled_sequences(
-            model, tokenizer, problem["prompt"], rows, profile.max_completion_length
+            model, tokenizer, problem["prompt"], rows, profile.max_completion_length, profile.temperature
         )
         expected = next_token_logps(model, sequences, prompt_tokens)
         for name, other in copies.items():

@@ -22,7 +22,7 @@ def model(offline_model_and_tokenizer):
 def sequences(bench, model, offline_model_and_tokenizer):
     prompt = [{"role": "user", "content": "What is 7 times 6?"}]
     torch.manual_seed(0)
-    return bench.sampled_sequences(model, offline_model_and_tokenizer[1], prompt, rows=2, new_tokens=6)
+    return bench.sampled_sequences(model, offline_model_and_tokenizer[1], prompt, rows=2, new_tokens=6, temperature=1.0)
 
 
 def test_sampled_sequences_are_the_prompt_then_exactly_the_new_tokens(sequences) -> None:
@@ -97,5 +97,5 @@ def test_decode_products_time_every_linear_layer_in_both_formats(bench) -> None:
 def test_products_ms_calls_each_product_once_a_pass_on_its_own_width(bench) -> None:
     widths = []
     products = [(lambda x: widths.append(x.shape), 3), (lambda x: widths.append(x.shape), 5)]
-    ms = bench.products_ms(products, rows=2, width={3: torch.zeros(2, 3), 5: torch.zeros(2, 5)})
+    ms = bench.products_ms(products, width={3: torch.zeros(2, 3), 5: torch.zeros(2, 5)})
     assert ms >= 0 and widths == [(2, 3), (2, 5)] * (bench.PASSES + 1)
