@@ -275,11 +275,11 @@ def main(argv: list[str] | None = None) -> Path:
     # Everything is checked before the run folder is touched: a typo must not cost the earlier run
     config = build_config(profile, run_dir, overrides)
     check_switches_and_packages(profile, config)
-    check_run_dir(run_dir, args)
     with contextlib.ExitStack() as held:
         if state.is_main_process:  # one run per folder: the main process holds its lock for the whole run
-            with inputs_explained():
+            with inputs_explained():  # a folder in use is named before any advice on its earlier run
                 held.enter_context(run_folder.locked(run_dir))
+        check_run_dir(run_dir, args)
         return train_in(run_dir, args, profile, config, state)
 
 

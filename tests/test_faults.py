@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,7 +241,8 @@ def test_clearing_keeps_the_warm_start_and_the_marker_and_deletes_only_course_en
     (tmp_path / "run" / "warm_start" / "model").mkdir(parents=True)
     save_curve([{"step": 2, "accuracy": 0.5}], tmp_path / "run")  # notebook 05 writes it into the run folder
     run_folder.clear(tmp_path / "run")
-    assert sorted(child.name for child in (tmp_path / "run").iterdir()) == [run_folder.MARKER_FILENAME, "warm_start"]
+    kept = [run_folder.LOCK_FILENAME, run_folder.MARKER_FILENAME, "warm_start"]  # the lock: clearing takes it
+    assert sorted(child.name for child in (tmp_path / "run").iterdir()) == kept
 
 
 def test_the_final_model_is_replaced_only_once_the_new_one_is_complete(tmp_path):
@@ -374,10 +376,9 @@ def test_the_log_history_can_be_rebuilt_from_the_newest_complete_checkpoint(tmp_
 # --- One run per folder -------------------------------------------------------------------------------------
 
 
-def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path):
-    in_use = pytest.raises(run_folder.RunFolderError, match=r"in use by another run \(process")
-    with run_folder.locked(tmp_path), in_use, run_folder.locked(tmp_path):
-        pass
+def test_a_run_holds_its_own_lock_again_when_it_clears_its_folder(tmp_path):
+    with run_folder.locked(tmp_path), run_folder.locked(tmp_path):
+        run_folder.clear(tmp_path)
     with run_folder.locked(tmp_path):  # released when the run ends
         pass
 
@@ -859,3 +860,87 @@ def test_a_stand_in_is_labelled_in_every_table_and_figure_of_notebook_05():
         uses = code.count(label)
         assert uses == code.count(f"trained_label({label}"), f"{label} used without trained_label"
     assert "is_short_run))" in code  # the validation figure's title too
+
+
+# --- Round two: every deletion locked, only the course's own files deleted ------------------------------------
+
+
+@pytest.fixture
+def held_by_another_run(tmp_path):
+    """A second process holding ``tmp_path / "run"``'s lock, as a running ``train_grpo.py`` does."""
+    holder = "import sys, time; from course_utils.training import run_folder as f; from pathlib import Path\n"
+    holder += "with f.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"
+    process = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "held"
+        yield tmp_path / "run"
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def test_notebook_04s_fresh_start_never_deletes_a_running_scripts_checkpoints(held_by_another_run):
+    from course_utils.training.run import clear_run_dir
+
+    before = earlier_run(held_by_another_run)
+    with pytest.raises(run_folder.RunFolderError, match=r"in use by another run \(process \d+\)"):
+        clear_run_dir(held_by_another_run)
+    assert snapshot(held_by_another_run) == before
+
+
+@pytest.mark.parametrize("flag", [[], ["--resume"], ["--overwrite"]])
+def test_a_second_run_into_a_busy_folder_is_told_it_is_in_use_not_to_resume(script, held_by_another_run, flag):
+    before = earlier_run(held_by_another_run)
+    with pytest.raises(SystemExit, match=r"in use by another run \(process \d+\): wait for it to end") as caught:
+        script.main(["--profile", "ci", "--output-dir", str(held_by_another_run), *flag])
+    assert "--resume" not in str(caught.value)
+    assert snapshot(held_by_another_run) == before
+
+
+def model_card(run_dir: Path) -> None:
+    """The model card TRL's trainer writes at the top of a run folder at each save."""
+    (run_dir / "README.md").write_text("---\nlibrary_name: transformers\ntags:\n- generated_from_trainer\n- trl\n"
+                                       "- grpo\n---\n\n# Model Card for grpo-ci\n")  # fmt: skip
+
+
+def test_clearing_deletes_the_course_files_by_name_and_keeps_and_names_a_learners(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    earlier_run(run_dir)
+    model_card(run_dir)
+    board = run_dir / "runs" / "Jan05_10-00-00_host"
+    board.mkdir(parents=True)
+    (board / "events.out.tfevents.1.host").write_bytes(b"events")
+    (run_dir / "runs" / "mine").mkdir()
+    (run_dir / "runs" / "mine" / "events.out.tfevents.2.host").write_bytes(b"mine")
+    (run_dir / "completions").mkdir()
+    (run_dir / "completions" / "completions_00001.parquet").write_bytes(b"rows")
+    (run_dir / "completions" / "my_picks.csv").write_text("id\n")
+    run_folder.clear(run_dir)
+    assert sorted(snapshot(run_dir)) == [
+        "completions/my_picks.csv", run_folder.MARKER_FILENAME, "runs/mine/events.out.tfevents.2.host"]  # fmt: skip
+    assert "kept in " in (out := capsys.readouterr().out) and "completions/my_picks.csv, runs/mine/" in out
+
+
+@pytest.mark.parametrize(
+    ("place", "named"),
+    [("README.md", "README.md"), ("checkpoint-2/my_eval.txt", "checkpoint-2/my_eval.txt"),
+     ("final/notes/a.txt", "final/notes/")],
+)  # fmt: skip
+def test_overwrite_refuses_a_learners_file_a_run_would_overwrite_or_delete(script, tmp_path, place, named):
+    before = earlier_run(tmp_path / "run")
+    (tmp_path / "run" / place).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run" / place).write_text("mine")
+    with pytest.raises(SystemExit, match=rf"does not write \({re.escape(named)}\); a run would overwrite or delete"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    with pytest.raises(run_folder.RunFolderError, match=re.escape(named)):
+        run_folder.clear(tmp_path / "run")
+    assert snapshot(tmp_path / "run") == {**before, place: b"mine"}
+
+
+def test_a_damaged_marker_under_overwrite_is_written_anew(script, tmp_path):
+    earlier_run(tmp_path / "run")
+    (tmp_path / "run" / run_folder.MARKER_FILENAME).write_text("{not json")
+    script.check_run_dir(tmp_path / "run", script.build_parser().parse_args(["--profile", "ci", "--overwrite"]))
+    run_folder.clear(tmp_path / "run")
+    assert run_folder.read_marker(tmp_path / "run") == {"made_by": "grpo-course"}
+    assert run_folder.earlier_entries(tmp_path / "run") == []

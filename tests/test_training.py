@@ -489,6 +489,6 @@ def test_clear_run_dir_deletes_an_earlier_run_but_keeps_the_warm_start_and_empty
     (tmp_path / "completions").mkdir()  # made by a GRPOTrainer with log_completions=True, before the clearing
     (tmp_path / run_folder.MARKER_FILENAME).write_text("{}")  # the course made this folder
     training.clear_run_dir(tmp_path)
-    kept = ["completions", run_folder.MARKER_FILENAME, run_folder.WARM_START_DIRNAME]
+    kept = [run_folder.LOCK_FILENAME, "completions", run_folder.MARKER_FILENAME, run_folder.WARM_START_DIRNAME]
     assert sorted(child.name for child in tmp_path.iterdir()) == kept
     assert (tmp_path / run_folder.WARM_START_DIRNAME / "config.json").exists()

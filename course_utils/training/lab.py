@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
+from course_utils.training import run_folder
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
 from course_utils.training.run_logs import save_run_artifacts
@@ -62,15 +63,16 @@ def run_training(
         model = warm_start(model, tokenizer, p, cache=True, speedups=speedups)  # kept: notebook 05 evaluates it
     warm_seconds = time.perf_counter() - started
     trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
-    run_dir = clear_run_dir(default_run_dir(p))
-    if before_train is not None:
-        before_train(trainer)
-    started = time.perf_counter()
-    with speedups.enabled(trainer, profile=p):
-        trainer.train()
-    train_seconds = time.perf_counter() - started
-    save_run_artifacts(trainer.state.log_history, run_dir)
-    final_dir = save_final(trainer, tokenizer)
+    with run_folder.locked(default_run_dir(p)):  # from the clearing to the saved model, one run in the folder
+        run_dir = clear_run_dir(default_run_dir(p))
+        if before_train is not None:
+            before_train(trainer)
+        started = time.perf_counter()
+        with speedups.enabled(trainer, profile=p):
+            trainer.train()
+        train_seconds = time.perf_counter() - started
+        save_run_artifacts(trainer.state.log_history, run_dir)
+        final_dir = save_final(trainer, tokenizer)
     return RunResult(trainer, tokenizer, run_dir, final_dir, warm_seconds, train_seconds)
 
 

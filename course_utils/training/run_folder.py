@@ -37,13 +37,21 @@ STATE_FILENAME = "trainer_state.json"
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TORN_SUFFIX = ".torn"  # a torn checkpoint set aside: kept, and no longer found by get_last_checkpoint
 CURVE_FILENAME = "validation_curve.json"  # notebook 05's checkpoint curve (evaluation.curves); notebook 06 reads it
-# What the course writes into a run folder: the trainer's checkpoints, TensorBoard logs, completions and model card,
-# the course's log, dashboard, final model (and its copy in the making), warm start, validation curve, marker, lock
-COURSE_NAMES = frozenset({
-    FINAL_DIRNAME, f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old", WARM_START_DIRNAME, LOG_FILENAME,
-    f"{LOG_FILENAME}.partial", "dashboard.png", "runs", "completions", "README.md", CURVE_FILENAME,
-    MARKER_FILENAME, LOCK_FILENAME,
-})  # fmt: skip
+# The list of what the course writes into a run folder, by name. At the top: the course's log (and its copy in the
+# making), dashboard, validation curve, marker and lock, and the trainer's model card (README.md, told apart from a
+# learner's by its header). Folders: checkpoints and the final model (and its copies in the making), the warm start,
+# TensorBoard's runs/<date>_<host>/ and TRL's completions/; inside them only the files named here.
+TOP_FILES = frozenset({LOG_FILENAME, "dashboard.png", CURVE_FILENAME, MARKER_FILENAME, LOCK_FILENAME})
+MODEL_FOLDERS = frozenset({FINAL_DIRNAME, f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old"})
+COURSE_NAMES = TOP_FILES | MODEL_FOLDERS | {WARM_START_DIRNAME, "runs", "completions", "README.md"}
+MODEL_FILE = re.compile(
+    r"^(adapter_model\.safetensors|adapter_config\.json|model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\."
+    r"index\.json|pytorch_model\.bin|(generation_)?config\.json|tokenizer(_config)?\.json|special_tokens_map\.json|"
+    r"chat_template\.jinja|vocab\.json|merges\.txt|added_tokens\.json|README\.md|course_run\.json|training_args\.bin|"
+    r"trainer_state\.json|optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth)$"
+)
+COMPLETIONS_FILE = re.compile(r"^completions_\d+\.parquet$")
+TENSORBOARD_FOLDER = re.compile(r"^[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+$")  # transformers' default_logdir()
 KEPT_ON_CLEAR = frozenset({WARM_START_DIRNAME, MARKER_FILENAME, LOCK_FILENAME})  # and what is not an earlier run
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 # Profile fields a checkpoint cannot be continued under once changed: the model, the adapter's shape, the group
@@ -63,13 +71,71 @@ class RunFolderError(ValueError):
 
 
 def course_entry(name: str) -> bool:
-    """True for a name a course run writes into its folder (``checkpoint-N``, ``final``, ``log_history.csv``...)."""
+    """True for a name a course run writes at the top of its folder (``checkpoint-N``, ``final``, the log...)."""
     return name in COURSE_NAMES or CHECKPOINT_PATTERN.match(name.removesuffix(TORN_SUFFIX)) is not None
 
 
+def _may_hold_course_files(parts: tuple[str, ...]) -> bool:
+    """Whether the folder at ``parts`` (relative to the run folder) is one the course writes its files into."""
+    top = parts[0]
+    if top == WARM_START_DIRNAME:
+        return True
+    if len(parts) == 1:
+        return course_entry(top) and top not in TOP_FILES and top != "README.md"
+    return len(parts) == 2 and top == "runs" and TENSORBOARD_FOLDER.match(parts[1]) is not None
+
+
+def _written_by_course(parts: tuple[str, ...], path: Path) -> bool:
+    """Whether the file at ``parts`` is one the course writes there, by the names of ``COURSE_NAMES``' list."""
+    top, name = parts[0], parts[-1]
+    if top == WARM_START_DIRNAME:
+        return True
+    if len(parts) == 1:
+        return name.removesuffix(".partial") in TOP_FILES or (name == "README.md" and _is_model_card(path))
+    if top == "runs":
+        return len(parts) == 3 and name.startswith("events.out.tfevents.")
+    if top == "completions":
+        return len(parts) == 2 and COMPLETIONS_FILE.match(name) is not None
+    return len(parts) == 2 and MODEL_FILE.match(name) is not None
+
+
+def _is_model_card(path: Path) -> bool:
+    """TRL's model card (the trainer writes README.md at each save), not a learner's README."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        head = path.read_text(encoding="utf-8")[:400]
+        return head.startswith("---\n") and "\n- trl\n" in head
+    return False
+
+
+def sort_entries(run_dir: Path) -> tuple[list[Path], list[str]]:
+    """The files of ``run_dir`` the course wrote (by name), and everything else, relative (folders end in ``/``)."""
+    ours: list[Path] = []
+    theirs: list[str] = []
+    if run_dir.is_dir():
+        _sort_folder(run_dir, (), ours, theirs)
+    return ours, theirs
+
+
+def _sort_folder(folder: Path, parts: tuple[str, ...], ours: list[Path], theirs: list[str]) -> None:
+    for child in sorted(folder.iterdir()):
+        here = (*parts, child.name)
+        if child.is_dir() and not child.is_symlink() and _may_hold_course_files(here):
+            _sort_folder(child, here, ours, theirs)
+        elif child.is_file() and not child.is_symlink() and _written_by_course(here, child):
+            ours.append(child)
+        else:
+            theirs.append("/".join(here) + "/" * child.is_dir())
+
+
 def foreign_entries(run_dir: Path) -> list[str]:
-    """The entries of ``run_dir`` a course run does not write (a learner's files), sorted."""
-    return sorted(child.name for child in run_dir.iterdir() if not course_entry(child.name)) if run_dir.is_dir() else []
+    """What in ``run_dir`` the course did not write (a learner's files), relative paths, sorted."""
+    return sort_entries(run_dir)[1]
+
+
+def in_the_way(entry: str) -> bool:
+    """A learner's file a run would overwrite or delete: at the top (the model card is README.md), or inside a
+    checkpoint or model folder (the trainer deletes old checkpoints whole, a new final model replaces the old)."""
+    return not entry.startswith(("runs/", "completions/"))
 
 
 def is_marked(run_dir: Path) -> bool:
@@ -98,11 +164,12 @@ def check_can_hold_a_run(run_dir: Path) -> None:
                              "e.g. --output-dir outputs/my-run.")  # fmt: skip
     if run_dir.exists() and not run_dir.is_dir():
         raise RunFolderError(f"{run_dir} is a file, not a folder: give another --output-dir (or move the file).")
-    foreign = foreign_entries(run_dir)
+    foreign = [entry for entry in foreign_entries(run_dir) if in_the_way(entry)]
     if foreign:
         raise RunFolderError(
-            f"{run_dir} holds files a course run does not write ({', '.join(foreign)}): the course writes only into a "
-            "new or empty folder, or one it made. Give another --output-dir, or move those files out."
+            f"{run_dir} holds files a course run does not write ({', '.join(foreign)}); a run would overwrite or "
+            "delete them (the trainer writes README.md, replaces final/ and deletes old checkpoints). Give another "
+            "--output-dir, or move those files out."
         )
 
 
@@ -134,20 +201,34 @@ def read_marker(run_dir: Path) -> dict[str, Any]:
 
 
 def clear(run_dir: str | Path) -> Path:
-    """Delete an earlier run's checkpoints and outputs from a folder the course made; keep the warm start.
+    """Delete an earlier run's files (by name, ``sort_entries``) from a folder the course made; keep the warm start.
 
-    Refused, naming why, for a folder the course did not make or one holding other files. A new or empty folder
-    (or one with only the warm start in it) is claimed. Empty folders stay: a trainer built before the clearing may
-    have made them for its own output (``log_completions=True`` makes ``completions/``).
+    Refused, naming why, for a folder the course did not make, one holding a learner's files a run would overwrite,
+    or one another run holds (its lock). Anything else that is not the course's is kept and named. A new or empty
+    folder is claimed. Folders empty before stay: a trainer built before the clearing may have made them for its
+    own output (``log_completions=True`` makes ``completions/``).
     """
     run_dir = Path(run_dir)
     env_switch()  # a mistyped COURSE_CPU_SPEEDUPS stops the run here, before the earlier one is deleted
     check_clearable(run_dir)
-    for child in run_dir.iterdir() if run_dir.is_dir() else ():
-        if child.name in KEPT_ON_CLEAR or (child.is_dir() and not any(child.iterdir())):
-            continue
-        shutil.rmtree(child) if child.is_dir() else child.unlink()
-    return claim(run_dir)
+    with locked(run_dir):
+        ours, theirs = sort_entries(run_dir)
+        deleted = [path for path in ours if path.relative_to(run_dir).parts[0] not in KEPT_ON_CLEAR]
+        for path in deleted:
+            path.unlink()
+        _remove_emptied(run_dir, {path.parent for path in deleted})
+        if theirs:
+            print(f"kept in {run_dir} (not written by the course): {', '.join(theirs)}")
+        write_atomic(run_dir / MARKER_FILENAME, json.dumps({"made_by": "grpo-course"}, indent=2))
+    return run_dir
+
+
+def _remove_emptied(run_dir: Path, folders: set[Path]) -> None:
+    """Remove the folders the clearing emptied, deepest first, and their parents it emptied, up to ``run_dir``."""
+    for folder in sorted(folders, key=lambda path: len(path.parts), reverse=True):
+        while folder != run_dir and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 def check_clearable(run_dir: Path) -> None:
@@ -162,26 +243,33 @@ def check_clearable(run_dir: Path) -> None:
 
 
 def earlier_entries(run_dir: Path) -> list[str]:
-    """What an earlier run left in ``run_dir`` (checkpoints, ``final``, logs): its warm start, marker and empty
-    folders aside (a trainer makes ``completions/`` when it is built)."""
-    if not run_dir.is_dir():
-        return []
-    children = [child for child in run_dir.iterdir() if child.name not in KEPT_ON_CLEAR]
-    return sorted(child.name for child in children if not (child.is_dir() and not any(child.iterdir())))
+    """What an earlier run left in ``run_dir`` (checkpoints, ``final``, logs) at its top: the entries holding files
+    the course wrote, its warm start, marker and lock aside."""
+    ours, _ = sort_entries(run_dir)
+    return sorted({path.relative_to(run_dir).parts[0] for path in ours} - KEPT_ON_CLEAR)
 
 
 # --- One run per folder ---------------------------------------------------------------------------
 
 
+_HELD: set[Path] = set()  # the folders this process holds the lock of: a run that clears its own folder holds it
+
+
 @contextlib.contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
-    """Hold the folder's lock while a run writes into it; a second run is refused, naming the first's process.
+    """Hold the folder's lock while a run writes into it or clears it; another run is refused, naming its process.
 
-    An OS file lock (``flock``): it goes with the process, so a crashed or killed run never leaves it stuck.
+    An OS file lock (``flock``): it goes with the process, so a crashed or killed run never leaves it stuck. The
+    folder is checked first (never ``.`` or a file), and a lock this process holds already is held again.
     """
     import fcntl  # POSIX only; the course runs on Linux, macOS and Colab
 
+    check_can_hold_a_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    key = run_dir.resolve()
+    if key in _HELD:
+        yield
+        return
     path = run_dir / LOCK_FILENAME
     with open(path, "a+", encoding="utf-8") as handle:
         try:
@@ -195,9 +283,11 @@ def locked(run_dir: Path) -> Iterator[None]:
         handle.truncate()
         handle.write(f"process {os.getpid()}\n")
         handle.flush()
+        _HELD.add(key)
         try:
             yield
         finally:
+            _HELD.discard(key)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

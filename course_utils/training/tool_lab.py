@@ -48,6 +48,7 @@ from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights
 from course_utils.lesson.tool_use import calculator, tool_call_trace, tool_use_reward
+from course_utils.training import run_folder
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.grpo_prompts import training_dataset
 from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
@@ -309,16 +310,17 @@ def run_tool_lab(
     warm_seconds = time.perf_counter() - started
     dataset = tool_training_dataset(p, tokenizer, first_trace_row)
     trainer = build_tool_trainer(model, tokenizer, p, dataset, config, callbacks)
-    run_dir = clear_run_dir(Path(config.output_dir))
-    started = time.perf_counter()
-    with (
-        speedups.enabled(trainer, profile=p),
-        completion_budget(trainer.model, tokenizer, config.max_completion_length),
-    ):
-        trainer.train()
-    train_seconds = time.perf_counter() - started
-    save_run_artifacts(trainer.state.log_history, run_dir)
-    final_dir = save_tool_model(trainer, tokenizer, run_dir / FINAL_DIRNAME)
+    with run_folder.locked(Path(config.output_dir)):  # from the clearing to the saved model, one run in the folder
+        run_dir = clear_run_dir(Path(config.output_dir))
+        started = time.perf_counter()
+        with (
+            speedups.enabled(trainer, profile=p),
+            completion_budget(trainer.model, tokenizer, config.max_completion_length),
+        ):
+            trainer.train()
+        train_seconds = time.perf_counter() - started
+        save_run_artifacts(trainer.state.log_history, run_dir)
+        final_dir = save_tool_model(trainer, tokenizer, run_dir / FINAL_DIRNAME)
     return ToolLabResult(trainer, tokenizer, run_dir, final_dir, warm_seconds, train_seconds)
 
 
