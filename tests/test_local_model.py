@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -12,7 +13,7 @@ from course_utils.core import rehearsal
 from course_utils.core.profiles import PROFILES, QWEN_LORA_TARGETS
 from course_utils.lesson import models
 from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR, ModelFolderError, local_model_dir
-from course_utils.lesson.tiny_qwen import END_OF_TURN, PAD, save_tiny_qwen
+from course_utils.lesson.tiny_qwen import END_OF_TURN, MARKER, PAD, save_tiny_qwen
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,7 @@ def test_unset_means_the_hub(monkeypatch):
 
 def test_a_model_folder_is_read_for_the_gpu_profiles(monkeypatch, tiny_qwen):
     monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(tiny_qwen))
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "1")  # a stand-in of another size
     assert local_model_dir(PROFILES["colab-t4"]) == tiny_qwen
     assert str(tiny_qwen) in models.model_source_description("gpu")
 
@@ -118,3 +120,74 @@ def test_the_tiny_qwen_ends_some_sampled_completions_and_not_others(tiny_qwen):
     new = model.generate(**inputs, max_new_tokens=32, do_sample=True, top_k=None)[:, inputs["input_ids"].shape[1] :]
     ended = sum(bool((row == tokenizer.eos_token_id).any()) for row in new)
     assert 0 < ended < len(chats)
+
+
+# --- The folder checked whole: tokenizer, shapes against config.json, the profile's size ------------------------
+
+
+def test_a_folder_without_tokenizer_json_is_refused_not_trained_on_a_3_token_tokenizer(monkeypatch, copy_of):
+    folder = copy_of()
+    (folder / "tokenizer.json").unlink()
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "1")
+    with pytest.raises(ModelFolderError, match=r"tokenizer in .* has 3 tokens and encodes 'Natalia"):
+        models.load_model_and_tokenizer("gpu")
+
+
+def test_a_config_that_does_not_match_the_weights_is_named(monkeypatch, copy_of):
+    folder = copy_of()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"hidden_size": 128, "num_hidden_layers": 3}))
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    with pytest.raises(ModelFolderError, match=r"config.json does not match its weights \(num_hidden_layers 3 in "
+                                               r"config.json, 2 in the weights; hidden_size 128 .* 64 in the weights"):
+        models.load_tokenizer("gpu")
+
+
+def test_a_model_of_another_size_is_refused_unless_rehearsed_or_the_stand_in_and_then_said(
+    monkeypatch, copy_of, capsys
+):
+    folder = copy_of()
+    (folder / MARKER).unlink()  # a Qwen2 of another size from elsewhere
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    monkeypatch.delenv(rehearsal.REHEARSAL_ENV_VAR, raising=False)
+    with pytest.raises(ModelFolderError, match=r"another size than the profile's Qwen/Qwen2.5-0.5B-Instruct: "
+                                               r"hidden_size 64 \(the profile's: 896\).*COURSE_REHEARSAL=1"):
+        local_model_dir(PROFILES["gpu"])
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "1")
+    assert local_model_dir(PROFILES["gpu"]) == folder
+    out = capsys.readouterr().out
+    assert "stand-in of another size" in out and "allowed by COURSE_REHEARSAL=1" in out
+
+
+def test_a_missing_shard_is_named_not_blamed_on_the_hub(monkeypatch, copy_of):
+    folder = copy_of()
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    index = {"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+                                            "lm_head.weight": "model-00002-of-00002.safetensors"}}  # fmt: skip
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    with pytest.raises(ModelFolderError, match=r"lacks the weight file\(s\) model-00002-of-00002") as caught:
+        models.load_tokenizer("gpu")
+    assert "Hub" not in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to another user, as only root can")
+def test_unreadable_weights_are_called_unreadable_not_damaged(copy_of):
+    """In a forked child running as nobody (root reads every file): the weights without read permission."""
+    from course_utils.lesson.local_model import weights_problem
+
+    folder = copy_of()
+    (folder / "model.safetensors").chmod(0o200)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: as nobody, judge the file, report, and leave without running pytest's teardown
+        os.close(read)
+        os.setuid(65534)
+        os.write(write, str(weights_problem(folder / "model.safetensors")).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = pipe.read()
+    os.waitpid(child, 0)
+    assert "cannot be read by this user (permission denied). Fix: chmod a+r" in said and "damaged" not in said

@@ -23,13 +23,12 @@ from transformers import (
 )
 
 from course_utils.core.profiles import Profile, get_profile
-from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR, ModelFolderError, local_model_dir
+from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR, local_model_dir
 from course_utils.lesson.offline_model import (
     ModelUnavailableError,
     is_materialized,
     materialize_offline_model,
     materialized_model_dir,
-    safetensors_problem,
 )
 
 
@@ -73,21 +72,16 @@ def _hub_errors_explained(profile: Profile) -> Iterator[None]:
     except OSError as exc:
         raise ModelUnavailableError(
             f"Could not load {profile.model_id!r} from the Hugging Face Hub ({exc.__class__.__name__}). "
-            "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead: "
-            f"COURSE_PROFILE=cpu, or point {MODEL_DIR_ENV_VAR} at a copy of the model's folder."
+            "The Hub is unreachable or the model is not cached. Offline, use the CPU lab instead (--profile cpu "
+            "for scripts/train_grpo.py, COURSE_PROFILE=cpu for the notebooks), or point "
+            f"{MODEL_DIR_ENV_VAR} at a copy of the model's folder."
         ) from exc
 
 
 def _model_location(profile: Profile) -> str | Path:
     """Where a Hub profile's model is read: the checked ``COURSE_MODEL_DIR`` folder, else the Hub's model id."""
-    folder = local_model_dir(profile)
-    if folder is None:
-        return profile.model_id
-    problem = safetensors_problem(folder / "model.safetensors") if (folder / "model.safetensors").exists() else None
-    if problem is not None:
-        raise ModelFolderError(f"{MODEL_DIR_ENV_VAR}: {folder / 'model.safetensors'} is damaged: {problem}. "
-                               "Copy the model folder again.")  # fmt: skip
-    return folder
+    folder = local_model_dir(profile)  # checked whole: weights, shapes, size, tokenizer
+    return profile.model_id if folder is None else folder
 
 
 def _load_from_hub(profile: Profile) -> tuple[Any, Any]:
