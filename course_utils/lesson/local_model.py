@@ -22,6 +22,7 @@ from safetensors import safe_open
 
 from course_utils.core.profiles import HUB_MODEL_ID, OFFLINE_MODEL_ID, Profile
 from course_utils.core.rehearsal import REHEARSAL_ENV_VAR, rehearsal_requested
+from course_utils.lesson.offline_model import safetensors_problem
 
 MODEL_DIR_ENV_VAR = "COURSE_MODEL_DIR"
 # The architecture (config.json's model_type) each profile model has: another one would train a different model
@@ -33,6 +34,7 @@ PROFILE_MODEL_SHAPES = {HUB_MODEL_ID: {
     "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
     "num_key_value_heads": 2, "vocab_size": 151936,
 }}  # fmt: skip
+STAND_IN_MARKER = "course_tiny_qwen.json"  # what lesson.tiny_qwen writes in its folder: the course's stand-in
 KNOWN_SENTENCE = "Natalia sold 48 clips in April."
 SENSIBLE_TOKENS = range(5, 21)  # Qwen2.5's and SmolLM2's tokenizers: 8; one id or one per character is broken
 
@@ -138,8 +140,6 @@ def weight_shapes(folder: Path, fix: str) -> dict[str, list[int]]:
 
 def weights_problem(path: Path) -> str | None:
     """Why a safetensors file cannot be used, with its fix (unreadable is not damaged), or None when it looks whole."""
-    from course_utils.lesson.offline_model import safetensors_problem
-
     if not os.access(path, os.R_OK):
         return f"cannot be read by this user (permission denied). Fix: chmod a+r {path}, or copy the folder anew."
     problem = safetensors_problem(path)
@@ -152,10 +152,9 @@ def _check_size(folder: Path, config: dict[str, Any], model_id: str, fix: str) -
     other = {key: (config.get(key), value) for key, value in wanted.items() if config.get(key) != value}
     if not other:
         return
-    from course_utils.lesson.tiny_qwen import MARKER  # imported here: tiny_qwen loads models, which loads this
-
     shown = ", ".join(f"{key} {here!r} (the profile's: {value})" for key, (here, value) in other.items())
-    allowed_by = f"{REHEARSAL_ENV_VAR}=1" if rehearsal_requested() else MARKER if (folder / MARKER).is_file() else None
+    stand_in = STAND_IN_MARKER if (folder / STAND_IN_MARKER).is_file() else None
+    allowed_by = f"{REHEARSAL_ENV_VAR}=1" if rehearsal_requested() else stand_in
     if allowed_by:
         print(f"{MODEL_DIR_ENV_VAR}: {folder} holds a stand-in of another size than {model_id} ({shown}), "
               f"allowed by {allowed_by}")  # fmt: skip

@@ -23,13 +23,14 @@ import torch
 from transformers import AutoTokenizer
 from trl.chat_template_utils import qwen2_5_chat_template
 
+from course_utils.lesson.local_model import STAND_IN_MARKER
 from course_utils.lesson.models import build_tiny_random_model
 from course_utils.lesson.offline_model import materialize_offline_model
 
 END_OF_TURN = "<|im_end|>"
 PAD = "<|endoftext|>"
 END_OF_TURN_SCALE = 40.0  # the end-of-turn row's scale: about half the sampled completions end within 32 tokens
-MARKER = "course_tiny_qwen.json"
+MARKER = STAND_IN_MARKER
 
 
 def tiny_qwen_tokenizer() -> object:
