@@ -109,9 +109,13 @@ rehearse-packages: $(REHEARSAL_PACKAGES)/.installed
 rehearse: setup rehearse-packages
 	REHEARSAL_PACKAGES=$(abspath $(REHEARSAL_PACKAGES)) GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) scripts/rehearse.py
 
-# On a CUDA machine: a few training steps of the GPU profiles, as `name: value` lines; elsewhere one line
+# On a CUDA machine: a few training steps of the GPU profiles, as `name: value` lines; elsewhere one line.
+# GPU_CHECK_ARGS="--full-size --emulate-t4" adds colab-t4 and gpu on Qwen2.5-0.5B's full shape (random weights, every
+# completion to the cap) and trains colab-t4 as a T4 would (fp16 with its gradient scaler, memory capped at 15 GB);
+# these options need a GPU and fail without one. --precision fp16|bf16 overrides the card's choice.
+GPU_CHECK_ARGS ?=
 gpu-check: setup
-	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} $(PY) scripts/gpu_check.py
+	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} $(PY) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 course: setup
 	HF_HUB_OFFLINE=$${HF_HUB_OFFLINE:-0} GSM8K_DIR=$(GSM8K_DIR) $(PY) -m course_utils.runner --output build

@@ -16,7 +16,8 @@
     (prompts and solutions in tokens), ``models`` (loading the model), ``offline_model`` (the offline model
     prepared from its GGUF file, ``make setup``), ``generation`` (greedy and sampled replies, timed),
     ``local_model`` (a GPU profile's model read from a folder, ``COURSE_MODEL_DIR``), ``tiny_qwen`` (Qwen2.5's
-    architecture at toy sizes with its chat template, the stand-in the rehearsal and ``make gpu-check`` load),
+    architecture at toy sizes and at full size with its chat template, the stand-ins the rehearsal and
+    ``make gpu-check`` load),
     ``tool_use`` (the calculator tool, GSM8K's notes as tool calls), ``rewards`` (a package: ``corrected``,
     ``classic``, ``shaping``, ``hacking``, ``weights``, ``scoring``), ``grpo`` (advantages and loss by hand),
     ``trl_grpo`` (the same numbers from the installed TRL's own ``GRPOTrainer``), ``multi_reward`` (several

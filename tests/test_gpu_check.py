@@ -111,3 +111,90 @@ def test_the_tool_setup_trains_notebook_08s_run_on_the_tiny_qwen2(gpu_check, gsm
     figures = gpu_check.tool_figures(trainer.state.log_history)
     assert 0.0 <= figures["tools_call_frequency_last"] <= 1.0
     assert 0.0 <= figures["tools_failure_frequency_last"] <= 1.0
+
+
+# --- --full-size, --emulate-t4 and --precision -----------------------------------------------------------------------
+
+
+def test_the_new_options_without_a_gpu_say_so_and_fail():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--full-size", "--emulate-t4"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "gpu-check --full-size --emulate-t4: these options measure a CUDA GPU, and torch sees none" in done.stderr
+
+
+def test_a_precision_asked_for_without_a_gpu_fails_too(gpu_check, capsys):
+    args = gpu_check.parse_args(["--precision", "fp16"])
+    assert gpu_check.without_gpu(args) == 1
+    assert "gpu-check --precision fp16: these options measure a CUDA GPU" in capsys.readouterr().err
+    assert gpu_check.without_gpu(gpu_check.parse_args([])) == 0, "the plain check passes: nothing to measure"
+
+
+def test_an_emulated_t4_refuses_bf16_before_anything_runs(gpu_check, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.main(["--emulate-t4", "--precision", "bf16", "--full-size"])
+    assert exit_.value.code == 2
+    assert "a T4 has no bf16" in capsys.readouterr().err
+
+
+def test_precision_follows_the_card_the_request_and_the_emulated_t4(gpu_check):
+    assert gpu_check.uses_bf16("colab-t4", "auto", emulate_t4=True, card_bf16=True) is False
+    assert gpu_check.uses_bf16("gpu", "auto", emulate_t4=True, card_bf16=True) is True, "gpu trains as the card allows"
+    assert gpu_check.uses_bf16("colab-t4", "auto", emulate_t4=False, card_bf16=True) is True
+    assert gpu_check.uses_bf16("gpu", "fp16", emulate_t4=False, card_bf16=True) is False
+    assert gpu_check.uses_bf16("gpu", "auto", emulate_t4=False, card_bf16=False) is False
+    with pytest.raises(ValueError, match="a T4 has no bf16"):
+        gpu_check.uses_bf16("colab-t4", "bf16", emulate_t4=True, card_bf16=True)
+    with pytest.raises(ValueError, match="this GPU has no bf16"):
+        gpu_check.uses_bf16("gpu", "bf16", emulate_t4=False, card_bf16=False)
+
+
+def test_the_t4_cap_is_a_t4s_share_of_a_bigger_gpu(gpu_check):
+    from course_utils.core.hardware import GPU_MEMORY_GB
+
+    assert GPU_MEMORY_GB["T4"] == 15.0
+    assert gpu_check.t4_memory_fraction(80.0) == pytest.approx(15.0 / 80.0)
+    for too_small in (15.0, 14.7):
+        with pytest.raises(ValueError, match="emulate on a bigger GPU"):
+            gpu_check.t4_memory_fraction(too_small)
+
+
+def test_full_size_trains_the_gpu_profiles_on_the_stand_in(gpu_check):
+    assert gpu_check.models_to_run(None, hub_reachable=False, full_size=True) == ["tiny", "full"]
+    assert gpu_check.models_to_run("/models/Qwen", hub_reachable=False, full_size=True) == ["tiny", "full", "real"]
+    assert gpu_check.setups_for("full", vllm_installed=True) == ["colab-t4", "gpu"]
+    assert gpu_check.setups_for("tiny", vllm_installed=False) == gpu_check.setups_to_run(False)
+
+
+def test_at_full_size_every_completion_is_scored(gpu_check):
+    for setup in ("colab-t4", "gpu"):
+        assert gpu_check.check_profile(setup, bf16=False, steps=2).mask_truncated_completions
+        full = gpu_check.check_profile(setup, bf16=False, steps=2, full_size=True)
+        assert not full.mask_truncated_completions
+        assert full.max_completion_length == gpu_check.check_profile(setup, False, 2).max_completion_length
+
+
+def test_the_full_size_setup_runs_every_completion_to_the_cap(gpu_check, gsm8k_env, tmp_path, monkeypatch):
+    """The ``gpu`` set-up at full size through the real ``GRPOTrainer`` on a CPU: the full-size stand-in's vocabulary
+    (151,936 rows, sampled ids past the tokenizer decoded for the rewards) at toy hidden sizes, one short step."""
+    from course_utils.lesson.tiny_qwen import full_size_config, save_full_size_qwen
+
+    toy = full_size_config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=1)  # fmt: skip
+    monkeypatch.setenv("COURSE_MODEL_DIR", str(save_full_size_qwen(tmp_path / "full", config=toy)))
+    profile = gpu_check.check_profile("gpu", bf16=False, steps=1, full_size=True).override(
+        device="cpu", dtype="float32", num_generations=2, per_device_train_batch_size=2, gradient_accumulation_steps=1,
+        max_completion_length=8, train_size=2)  # fmt: skip
+    trainer, context = gpu_check.setup_trainer("gpu", profile)
+    with context:
+        trainer.train()
+    figures = gpu_check.step_figures(trainer.state.log_history, profile.effective_batch_size)
+    assert figures["completion_mean_length"] == 8
+    clipped = [e["completions/clipped_ratio"] for e in trainer.state.log_history if "completions/clipped_ratio" in e]
+    assert clipped == [1.0], "every completion reached the cap, and each was scored"

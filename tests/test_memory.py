@@ -21,6 +21,7 @@ from course_utils.training.memory import (
     GPU_MEMORY_GB,
     estimate_for_profile,
     estimate_memory,
+    full_size_estimates,
     memory_table,
     vllm_reservation_gb,
     what_if_table,
@@ -32,6 +33,7 @@ from course_utils.training.memory_parts import (
     RunSettings,
     logprob_workspace_bytes,
     merged_group_parameters,
+    unchunked_logits_bytes,
 )
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, smollm2_spec, spec_for_profile, spec_from_config
 
@@ -212,6 +214,31 @@ def test_memory_table_covers_the_course_hardware():
     colab = table[table.setup.str.startswith("colab-t4")].iloc[0]
     assert colab.fits and colab.total_gb < colab.available_gb
     assert (table.total_gb > 0).all()
+
+
+def test_full_size_estimates_put_each_gpu_profile_beside_a_t4_and_an_a100():
+    table = full_size_estimates()
+    assert list(table.index) == ["colab-t4", "gpu"]
+    assert list(table.columns[-3:]) == ["fits T4 (15 GB)", "fits A100-40GB (39.5 GB)", "fits A100-80GB (79.3 GB)"]
+    for name, row in table.iterrows():
+        as_gpu_check_runs_it = get_profile(name).override(use_vllm=False)  # transformers generates, no vLLM
+        total = estimate_for_profile(as_gpu_check_runs_it, QWEN25_05B).total_gb
+        assert row.total_gb == pytest.approx(total, abs=0.01)
+        assert row["fits A100-80GB (79.3 GB)"] == (total <= 79.3) and row["fits T4 (15 GB)"] == (total <= 15.0)
+    assert table.loc["colab-t4", "fits T4 (15 GB)"], "the T4 profile fits a T4 by the estimate"
+    t4 = get_profile("colab-t4")
+    logits = t4.per_device_train_batch_size * t4.max_completion_length * 151936 * 4 / GB  # fp32, one micro-batch
+    assert table.loc["colab-t4", "unchunked_logits_gb"] == pytest.approx(logits, abs=0.01)
+    assert (table.unchunked_logits_gb > table.logprob_gb).all(), "TRL's chunks hold less than the whole logits"
+    with pytest.raises(ValueError, match="Unknown GPU"):
+        full_size_estimates(("T4", "V100"))
+
+
+def test_unchunked_logits_count_the_positions_the_head_scores():
+    gpu = RunSettings(device="cuda", per_device_train_batch_size=4, max_completion_length=100, prompt_tokens=50)
+    assert unchunked_logits_bytes(QWEN25_05B, gpu) == 4 * 100 * QWEN25_05B.vocab_size * 4, "completions only"
+    cpu = RunSettings(device="cpu", per_device_train_batch_size=4, max_completion_length=100, prompt_tokens=50)
+    assert unchunked_logits_bytes(QWEN25_05B, cpu) == 4 * 150 * QWEN25_05B.vocab_size * 4, "the prompt too"
 
 
 def test_what_if_table_starts_from_the_profile():

@@ -22,7 +22,7 @@ model's shape only (``course_utils.training.model_shape``): nothing is downloade
 
 ``course_utils.training.memory_measurement`` checks the estimate against real ``GRPOTrainer`` steps on the CPU
 (``tests/test_memory.py`` holds it within +-30%; ``benchmarks/bench_memory.py`` prints both). GPU figures are
-estimates only.
+estimates until ``make gpu-check --full-size`` measures them beside ``full_size_estimates``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from course_utils.training.memory_parts import (
     logprob_bytes,
     packed_weight_bytes,
     trainable_parameters,
+    unchunked_logits_bytes,
     weight_bytes,
 )
 from course_utils.training.model_shape import QWEN25_05B, ModelSpec, spec_for_profile
@@ -175,26 +176,37 @@ def estimate_for_profile(
     profile's prompt cap (``max_prompt_tokens``) when it has one, else to a generous GSM8K prompt.
     """
     p = get_profile(profile)
-    settings = RunSettings(
-        dtype=p.training_dtype,
-        use_lora=p.use_lora,
-        lora_r=p.lora_r,
-        lora_target_modules=p.lora_target_modules,
-        lora_top_layers=p.lora_top_layers,
-        load_in_4bit=p.load_in_4bit,
-        optimizer=optimizer,
-        per_device_train_batch_size=p.per_device_train_batch_size,
-        steps_per_generation=p.gradient_accumulation_steps,
-        gradient_accumulation_steps=p.gradient_accumulation_steps,
-        max_completion_length=p.max_completion_length,
-        prompt_tokens=prompt_tokens or p.max_prompt_tokens or DEFAULT_PROMPT_TOKENS,
-        gradient_checkpointing=p.gradient_checkpointing,
-        beta=p.beta,
-        device=p.device,
-        vllm_reserved_gb=vllm_reservation_gb(p, gpu_memory_gb),
-        cpu_speedups=switched_on(p) if speedups is None else speedups,
-    )
+    settings = profile_settings(p, optimizer, prompt_tokens, gpu_memory_gb, speedups)
     return estimate_memory(spec or spec_for_profile(p), settings, label=label or p.name)
+
+
+def profile_settings(
+    profile: Profile,
+    optimizer: str = "adamw",
+    prompt_tokens: int | None = None,
+    gpu_memory_gb: float | None = None,
+    speedups: bool | None = None,
+) -> RunSettings:
+    """The ``RunSettings`` a profile trains with (``estimate_for_profile`` says what each argument does)."""
+    return RunSettings(
+        dtype=profile.training_dtype,
+        use_lora=profile.use_lora,
+        lora_r=profile.lora_r,
+        lora_target_modules=profile.lora_target_modules,
+        lora_top_layers=profile.lora_top_layers,
+        load_in_4bit=profile.load_in_4bit,
+        optimizer=optimizer,
+        per_device_train_batch_size=profile.per_device_train_batch_size,
+        steps_per_generation=profile.gradient_accumulation_steps,
+        gradient_accumulation_steps=profile.gradient_accumulation_steps,
+        max_completion_length=profile.max_completion_length,
+        prompt_tokens=prompt_tokens or profile.max_prompt_tokens or DEFAULT_PROMPT_TOKENS,
+        gradient_checkpointing=profile.gradient_checkpointing,
+        beta=profile.beta,
+        device=profile.device,
+        vllm_reserved_gb=vllm_reservation_gb(profile, gpu_memory_gb),
+        cpu_speedups=switched_on(profile) if speedups is None else speedups,
+    )
 
 
 def vllm_reservation_gb(profile: Profile | str | None, gpu_memory_gb: float | None) -> float:
@@ -275,6 +287,33 @@ def what_if_table(
         est = estimate_for_profile(base.override(**overrides), spec, optimizer=optimizer, label=label)
         rows.append(est.as_row())
     return pd.DataFrame(rows).set_index("label")
+
+
+# The GPU profiles at full size, beside the GPUs they are planned for (``make gpu-check --full-size`` measures them)
+GPU_PROFILES = ("colab-t4", "gpu")
+FULL_SIZE_HARDWARE = ("T4", "A100-40GB", "A100-80GB")
+FULL_SIZE_PARTS = ["weights_gb", "activations_gb", "kv_cache_gb", "logprob_gb", "overhead_gb", "total_gb"]
+
+
+def full_size_estimates(hardware: tuple[str, ...] = FULL_SIZE_HARDWARE) -> pd.DataFrame:
+    """Each GPU profile's estimate on Qwen2.5-0.5B's full shape, one row per profile, and whether it fits each GPU.
+
+    As ``make gpu-check --full-size`` runs it: transformers generates (no vLLM reservation), every completion at the
+    cap. ``logprob_gb`` is the chunked log-softmax the estimate counts; ``unchunked_logits_gb`` is what one
+    micro-batch's fp32 logits over the 151,936-token vocabulary would take at once, which TRL never holds.
+    """
+    unknown = sorted(set(hardware) - set(GPU_MEMORY_GB))
+    if unknown:
+        raise ValueError(f"Unknown GPU(s) {unknown}; known: {sorted(GPU_MEMORY_GB)} (core.hardware.GPU_MEMORY_GB)")
+    rows = {}
+    for name in GPU_PROFILES:
+        settings = profile_settings(get_profile(name).override(use_vllm=False))
+        estimate = estimate_memory(QWEN25_05B, settings, label=name)
+        row = {part: estimate.as_row()[part] for part in FULL_SIZE_PARTS}
+        row["unchunked_logits_gb"] = round(unchunked_logits_bytes(QWEN25_05B, settings) / GB, 2)
+        rows[name] = row | {f"fits {gpu} ({GPU_MEMORY_GB[gpu]:g} GB)": estimate.total_gb <= GPU_MEMORY_GB[gpu]
+                            for gpu in hardware}  # fmt: skip
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("profile")
 
 
 # The troubleshooting notebook's out-of-memory example: Qwen2.5-0.5B fully fine-tuned in fp32 on a T4 with

@@ -200,12 +200,23 @@ def activation_bytes(spec: ModelSpec, run: RunSettings, trained_layers: int) -> 
     return tokens * per_token + embeddings_out * width + repeated_prompt_kv
 
 
+def scored_positions(run: RunSettings) -> int:
+    """Positions of one micro-batch the output head scores: on the CPU TRL scores every position (unless the CPU
+    speed-ups score the completions only), on a GPU only the completion tokens."""
+    every_position = run.device == "cpu" and not run.speedups
+    return run.per_device_train_batch_size * (run.sequence if every_position else run.max_completion_length)
+
+
+def unchunked_logits_bytes(spec: ModelSpec, run: RunSettings) -> float:
+    """One micro-batch's fp32 logits over the whole vocabulary at once: what a log-softmax without chunks would hold
+    (and as much again for its gradient), beside the tiles TRL's chunked one holds (``logprob_workspace_bytes``)."""
+    return scored_positions(run) * spec.vocab_size * FP32_BYTES
+
+
 def logprob_bytes(spec: ModelSpec, run: RunSettings) -> float:
     """The output head's log-softmax workspace, the logits the CPU speed-ups keep where they fit, and the head's
     fp32 gradient when it is trained."""
-    # On the CPU TRL scores every position of the micro-batch (unless told otherwise); on a GPU only the completions.
-    every_position = run.device == "cpu" and not run.speedups
-    scored = run.per_device_train_batch_size * (run.sequence if every_position else run.max_completion_length)
+    scored = scored_positions(run)
     logprob = logprob_workspace_bytes(spec, scored, run.device)
     if run.speedups and tiles_fit(scored, spec.vocab_size, run.width, LOGPROB_TOKEN_CHUNK):
         logprob += kept_tiles_bytes(scored, spec.vocab_size, run.width)

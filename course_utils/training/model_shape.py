@@ -1,9 +1,9 @@
 """The shape of a decoder-only transformer (Llama / Qwen2 style), and its parameter counts, without loading it.
 
 ``ModelSpec`` holds the sizes from a model's config (``spec_from_config``); from them it counts every parameter,
-the linear layers 4-bit quantisation shrinks, and the adapters LoRA adds. ``QWEN25_05B`` is written out so that
-nothing is downloaded; ``smollm2_spec`` reads the offline model's config. The memory estimate
-(``course_utils.training.memory``) starts from these counts.
+the linear layers 4-bit quantisation shrinks, and the adapters LoRA adds. ``QWEN25_05B`` reads Qwen2.5-0.5B's
+published config, written out in ``lesson.tiny_qwen`` so that nothing is downloaded; ``smollm2_spec`` reads the
+offline model's config. The memory estimate (``course_utils.training.memory``) starts from these counts.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from course_utils.core.profiles import OFFLINE_MODEL_ID, Profile, get_profile
 from course_utils.lesson.offline_model import materialize_offline_model
+from course_utils.lesson.tiny_qwen import QWEN25_05B_CONFIG
 
 
 @dataclass(frozen=True)
@@ -93,23 +94,6 @@ class ModelSpec:
         return self.num_layers * sum(r * (shapes[m][0] + shapes[m][1]) for m in target_modules)
 
 
-# Qwen2.5-0.5B(-Instruct), from its config.json on the Hub (written out so that nothing is downloaded):
-# hidden_size 896, num_hidden_layers 24, num_attention_heads 14, num_key_value_heads 2,
-# intermediate_size 4864, vocab_size 151936, tie_word_embeddings true, q/k/v projections with bias.
-# That makes 494,032,768 parameters, the "0.49B" of the model card.
-QWEN25_05B = ModelSpec(
-    name="Qwen2.5-0.5B-Instruct",
-    hidden_size=896,
-    num_layers=24,
-    num_heads=14,
-    num_kv_heads=2,
-    intermediate_size=4864,
-    vocab_size=151936,
-    tie_embeddings=True,
-    attention_bias=True,
-)
-
-
 def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
     """A ``ModelSpec`` from a transformers config object, a config dict, or a folder holding ``config.json``."""
     if isinstance(config, (str, Path)):
@@ -135,6 +119,12 @@ def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
         head_dim=values.get("head_dim"),
         attention_bias=bool(values.get("attention_bias", values.get("model_type") == "qwen2")),
     )
+
+
+# Qwen2.5-0.5B(-Instruct), from its config.json on the Hub (``lesson.tiny_qwen``, written out so that nothing is
+# downloaded): hidden_size 896, 24 layers, 14 heads, 2 KV heads, intermediate_size 4864, vocab_size 151936, tied
+# embeddings, q/k/v projections with bias. That makes 494,032,768 parameters, the "0.49B" of the model card.
+QWEN25_05B = spec_from_config(QWEN25_05B_CONFIG, name="Qwen2.5-0.5B-Instruct")
 
 
 def smollm2_spec() -> ModelSpec:
