@@ -44,7 +44,13 @@ from course_utils.training.run import build_trainer, load_model_for_training
 from course_utils.training.run_callbacks import StopOnInterrupt
 from course_utils.training.run_folder import FINAL_DIRNAME
 from course_utils.training.run_logs import save_run_artifacts
-from course_utils.training.trained_model import default_run_dir, save_final, warm_start_model_dir
+from course_utils.training.trained_model import (
+    default_run_dir,
+    final_problem,
+    rebuild_final,
+    save_final,
+    warm_start_model_dir,
+)
 from course_utils.training.warm_start import warm_start
 
 
@@ -222,9 +228,9 @@ def check_no_held_out_problem() -> None:
 
 @contextlib.contextmanager
 def inputs_explained() -> Iterator[None]:
-    """While the run is set up: a bad input (data, model cache, weights) exits with its message, no traceback.
+    """A bad input (data, model cache, weights) or a full disk exits with its message, no traceback.
 
-    These errors already name the file, field or setting and the fix; the run folder is untouched at this point.
+    These errors already name the file, field or setting and the fix (``run_folder.written_aside`` for a save).
     """
     try:
         yield
@@ -290,10 +296,14 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         check_resume_settings(run_dir, profile)
     final_dir = run_dir / FINAL_DIRNAME
     done = finished_step(checkpoint, config)
-    if done is not None:
+    torn_final = final_problem(final_dir) if done is not None else None
+    if done is not None and torn_final is None:
         print(f"--resume: the run is finished (step {done} of max_steps={config.max_steps}); {final_dir} is kept. "
               "To train further, raise max_steps: --set max_steps=N --resume.")  # fmt: skip
         return final_dir
+    if torn_final is not None:
+        print(f"--resume: the run is finished (step {done}), but {final_dir} {torn_final}: rebuilding it from "
+              f"{checkpoint}")  # fmt: skip
     interrupt = StopOnInterrupt() if state.num_processes == 1 else None
     with inputs_explained():
         check_no_held_out_problem()
@@ -312,6 +322,13 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         run_folder.clear(run_dir)
         run_folder.claim(run_dir, run_folder.run_settings(profile))
     state.wait_for_everyone()
+    if torn_final is not None:
+        if state.is_main_process:
+            with inputs_explained():
+                rebuild_final(trainer, tokenizer, checkpoint, final_dir)
+            print(f"rebuilt {final_dir} from {checkpoint.name}")
+        state.wait_for_everyone()
+        return final_dir
     try:
         with interrupt or contextlib.nullcontext(), cpu_speed.enabled(trainer, profile=profile):
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -328,7 +345,8 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
 
     if state.is_main_process:
         save_run_artifacts(trainer.state.log_history, run_dir)
-        save_final(trainer, tokenizer, final_dir)
+        with inputs_explained():  # a full disk: named, with the resume that rebuilds the final model
+            save_final(trainer, tokenizer, final_dir)
         print(f"trained {trainer.state.global_step} steps on {state.num_processes} process(es); model in {final_dir}")
     state.wait_for_everyone()
     return final_dir

@@ -6,14 +6,17 @@ never becomes the sample, a stale warm start is never reused), and every bad inp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -58,8 +61,10 @@ def earlier_run(run_dir: Path) -> dict[str, str]:
     """A run folder as a finished run of the course leaves it: its marker, a checkpoint, the final model, the log."""
     checkpoint(run_dir, 2)
     run_folder.claim(run_dir)
-    (run_dir / "final").mkdir()
-    (run_dir / "final" / "config.json").write_text("{}")
+    not_saved = ["optimizer.pt", "trainer_state.json"]  # the final model: the weights alone, as save_final leaves it
+    shutil.copytree(run_dir / "checkpoint-2", run_dir / "final", ignore=lambda *_: not_saved)
+    (run_dir / "final" / "course_run.json").write_text('{"kind": "lora-adapter", "global_step": 2}')
+    (run_dir / "final" / "adapter_config.json").write_text("{}")
     (run_dir / "log_history.csv").write_text("step,reward\n1,0.5\n")
     return snapshot(run_dir)
 
@@ -333,7 +338,7 @@ def test_notebook_04s_resume_of_a_finished_run_is_refused(tmp_path):
     earlier_run(tmp_path)
     with pytest.raises(run_folder.RunFolderError, match=r"is finished \(checkpoint-2, step 2 of max_steps=2\)"):
         run_folder.prepare_resume(tmp_path, max_steps=2)
-    assert (tmp_path / "final" / "config.json").is_file()
+    assert (tmp_path / "final" / "course_run.json").is_file()
 
 
 def test_a_resume_without_recorded_settings_says_they_are_not_checked(script, tmp_path, capsys):
@@ -944,3 +949,85 @@ def test_a_damaged_marker_under_overwrite_is_written_anew(script, tmp_path):
     run_folder.clear(tmp_path / "run")
     assert run_folder.read_marker(tmp_path / "run") == {"made_by": "grpo-course"}
     assert run_folder.earlier_entries(tmp_path / "run") == []
+
+
+# --- Round two: "finished" means the final model is there and loads; a full disk is named ----------------------
+
+ONE_STEP = ["--profile", "ci", "--set", "max_steps=1", "--set", "save_steps=1", "--set", "warm_start_examples=0",
+            "--set", "max_completion_length=8"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_step_run(load_script, tmp_path_factory, gsm8k_dir):
+    """A real one-step ``ci`` run of the script (about 20 s): its checkpoint-1, final model, log and marker."""
+    run_dir = tmp_path_factory.mktemp("one_step") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GSM8K_DIR", str(gsm8k_dir))
+        load_script("train_grpo").main([*ONE_STEP, "--output-dir", str(run_dir)])
+    return run_dir
+
+
+@pytest.fixture
+def finished_run(one_step_run, tmp_path, gsm8k_dir, monkeypatch):
+    monkeypatch.setenv("GSM8K_DIR", str(gsm8k_dir))
+    shutil.copytree(one_step_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_a_torn_final_model_is_named_and_rebuilt_from_the_last_checkpoint_by_resume(script, finished_run, capsys):
+    from safetensors.torch import load_file
+
+    from course_utils.training.trained_model import load_trained_model
+
+    (finished_run / "final").rename(finished_run / "final.partial")  # a kill while final/ was saved
+    with pytest.raises(FileNotFoundError, match=r"final is missing or incomplete \(only final.partial on disk: .*"
+                                                r"train_grpo.py --profile ci --output-dir .* --resume"):
+        load_trained_model("ci", finished_run / "final")  # notebook 05
+    script.main([*ONE_STEP, "--output-dir", str(finished_run), "--resume"])
+    out = capsys.readouterr().out
+    assert "but " in out and "final is missing or incomplete (only final.partial" in out and "rebuilt " in out
+    saved = load_file(finished_run / "final" / "adapter_model.safetensors")
+    trained = load_file(finished_run / "checkpoint-1" / "adapter_model.safetensors")
+    assert saved.keys() == trained.keys() and all((saved[k] == trained[k]).all() for k in saved)
+    load_trained_model("ci", finished_run / "final")
+    assert not (finished_run / "final.partial").exists()
+
+
+@contextlib.contextmanager
+def disk_full_after(size: int) -> Iterator[None]:
+    """Writes past ``size`` bytes into a file fail as on a full disk (``RLIMIT_FSIZE``: ``EFBIG``, SIGXFSZ ignored)."""
+    import resource
+
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_full_disk_while_saving_the_final_model_is_named_and_keeps_the_old_one(finished_run):
+    from course_utils.lesson.models import build_tiny_random_model, load_tokenizer
+    from course_utils.training.trained_model import save_final
+
+    before = snapshot(finished_run / "final")
+    trainer = SimpleNamespace(model=build_tiny_random_model(vocab_size=512), state=SimpleNamespace(global_step=1),
+                              args=SimpleNamespace(output_dir=str(finished_run)))  # fmt: skip
+    with pytest.raises(OSError, match=r"The final model could not be written to .*final \(SafetensorError: .*MiB "
+                                      r"free on that disk\)\. Free space there .* --resume"), disk_full_after(4096):
+        save_final(trainer, load_tokenizer("ci"), finished_run / "final")
+    assert snapshot(finished_run / "final") == before and not (finished_run / "final.partial").exists()
+
+
+def test_a_full_disk_while_saving_the_warm_start_is_named(tmp_path):
+    from course_utils.lesson.models import build_tiny_random_model
+    from course_utils.training.warm_start import finish_warm_start
+
+    trainer = SimpleNamespace(model=build_tiny_random_model(vocab_size=512), train_dataset=[1],
+                              state=SimpleNamespace(log_history=[], global_step=1))  # fmt: skip
+    with pytest.raises(OSError, match=r"The warm start could not be written to .*model \(SafetensorError"), \
+            disk_full_after(4096):  # fmt: skip
+        finish_warm_start(trainer, tmp_path / "warm_start" / "model")
+    assert not (tmp_path / "warm_start" / "model").exists() and not (tmp_path / "warm_start" / "model.partial").exists()

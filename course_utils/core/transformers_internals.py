@@ -2,7 +2,8 @@
 
 A run stopped or failed mid-way keeps a checkpoint of its last finished step, the one ``--resume`` continues from
 (model, optimizer, scheduler, RNG, state). transformers writes it only from its training loop, through
-``Trainer._save_checkpoint``; :func:`save_checkpoint` calls that one method, so a release that renames or reshapes
+``Trainer._save_checkpoint``; :func:`save_checkpoint` calls that one method (and :func:`load_checkpoint` its reader,
+``Trainer._load_from_checkpoint``, to rebuild a torn final model), so a release that renames or reshapes
 it reads as :class:`TransformersChanged`, "this course was tested with transformers 5.24; transformers a.b changed
 <name>", never as an error of the learner's run.
 """
@@ -40,3 +41,16 @@ def save_checkpoint(trainer: Any) -> None:
     except TypeError as error:
         raise changed("_save_checkpoint", f"its parameters: {error}") from None
     method(trainer.model, trial=None)
+
+
+def load_checkpoint(trainer: Any, checkpoint: Any) -> None:
+    """The model weights of ``checkpoint`` loaded into the trainer's model, as a resume loads them
+    (``Trainer._load_from_checkpoint``): a finished run's final model is rebuilt from its last checkpoint."""
+    method = getattr(trainer, "_load_from_checkpoint", None)
+    if not callable(method):
+        raise changed("_load_from_checkpoint", "it is gone")
+    try:
+        inspect.signature(method).bind(str(checkpoint))
+    except TypeError as error:
+        raise changed("_load_from_checkpoint", f"its parameters: {error}") from None
+    method(str(checkpoint))

@@ -23,7 +23,13 @@ from course_utils.training import run_folder
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
 from course_utils.training.run_logs import save_run_artifacts
-from course_utils.training.trained_model import default_run_dir, final_model_dir, find_trained_model, save_final
+from course_utils.training.trained_model import (
+    default_run_dir,
+    final_model_dir,
+    find_trained_model,
+    missing_final_note,
+    save_final,
+)
 from course_utils.training.warm_start import warm_start
 
 
@@ -130,7 +136,7 @@ def trained_model_or_short_run(profile: Any = None, speedups: SpeedUps = NO_SPEE
         print(f"Trained model found: {folder}")
         return folder, False
     short = short_run_profile(profile)
-    print(f"No trained model at {final_model_dir(profile)}: run notebook 04 first to evaluate your own run.")
+    print(f"{missing_final_note(final_model_dir(profile), get_profile(profile))} (To evaluate your own run.)")
     folder = find_trained_model(short)
     if folder is not None:
         print(f"Fallback: the {STAND_IN_NOTE} already on disk, {folder}; it only demonstrates the method.")

@@ -321,6 +321,26 @@ def replace_folder(partial: Path, folder: Path) -> Path:
 
 
 @contextlib.contextmanager
+def written_aside(folder: Path, what: str, fix: str) -> Iterator[Path]:
+    """Give ``folder.partial`` to write into; once written, it replaces ``folder`` (``replace_folder``).
+
+    A write that fails (a full disk: safetensors' ``SafetensorError`` or an ``OSError``) leaves ``folder`` as it was,
+    removes the partial copy, and is an ``OSError`` naming ``what``, the folder, the cause, the room left and ``fix``.
+    """
+    partial = folder.with_name(folder.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    try:
+        yield partial
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        room = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free / 2**20
+        raise OSError(f"{what} could not be written to {folder} ({type(exc).__name__}: {exc}; {room:,.0f} MiB free on "
+                      f"that disk). {fix}") from exc  # fmt: skip
+    replace_folder(partial, folder)
+
+
+@contextlib.contextmanager
 def loading(folder: Path, what: str, fix: str) -> Iterator[None]:
     """While a saved model loads: a missing, cut-short or garbled file is a ``ValueError`` naming it and the fix."""
     try:

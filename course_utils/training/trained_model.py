@@ -7,7 +7,6 @@ trained model or LoRA adapter aside and renames it into place; ``load_trained_mo
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,11 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from course_utils.core import transformers_internals
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
+from course_utils.lesson.offline_model import safetensors_problem
 from course_utils.training import run_folder
 from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
 
@@ -60,18 +61,50 @@ def save_final(trainer: Any, tokenizer: Any, folder: str | Path | None = None, m
         merge = is_peft and getattr(model.config, WARM_START_MARKER, None) is not None
     if is_peft and merge:
         model = model.merge_and_unload()
-    partial = folder.with_name(folder.name + ".partial")  # written aside, then renamed: never a half-saved model
-    if partial.exists():
-        shutil.rmtree(partial)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
     info = {
         "kind": "lora-adapter" if is_peft and not merge else "full-model",
         "global_step": trainer.state.global_step,
         "warm_start": getattr(model.config, WARM_START_MARKER, None),
     }
-    (partial / RUN_INFO_FILENAME).write_text(json.dumps(info, indent=2))
-    return run_folder.replace_folder(partial, folder)
+    fix = ("Free space there (or point COURSE_OUTPUT_DIR at a disk with room), then run the same command with "
+           "--resume: a finished run's final model is rebuilt from its last complete checkpoint.")  # fmt: skip
+    with run_folder.written_aside(folder, "The final model", fix) as partial:  # never a half-saved model
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        (partial / RUN_INFO_FILENAME).write_text(json.dumps(info, indent=2))
+    return folder
+
+
+def final_problem(folder: Path) -> str | None:
+    """Why ``folder`` does not hold a whole final model (missing, only its copy in the making, weights cut short)."""
+    left = [name for name in (f"{folder.name}.partial", f"{folder.name}.old") if folder.with_name(name).exists()]
+    if saved_model_kind(folder) is None or not (folder / RUN_INFO_FILENAME).is_file():
+        torn = f" (only {', '.join(left)} on disk: its save was cut short by a kill or a full disk)" if left else ""
+        return f"is missing or incomplete{torn}"
+    weights = [folder / name for name in run_folder.WEIGHT_FILES if (folder / name).is_file()]
+    problem = safetensors_problem(weights[0]) if weights else None
+    return f"holds {weights[0].name} cut short ({problem})" if problem else None
+
+
+def rebuild_final(trainer: Any, tokenizer: Any, checkpoint: Path, folder: Path) -> Path:
+    """The final model of a finished run saved again from its last complete ``checkpoint`` (its weights loaded)."""
+    transformers_internals.load_checkpoint(trainer, checkpoint)
+    trainer.state.global_step = run_folder.checkpoint_step(checkpoint)
+    return save_final(trainer, tokenizer, folder)
+
+
+def rebuild_note(folder: Path, profile: Profile) -> str:
+    """How to rebuild a torn final model: the script's ``--resume`` of the finished run does it."""
+    return (f"Rebuild it from the run's last complete checkpoint: python scripts/train_grpo.py --profile "
+            f"{profile.name} --output-dir {folder.parent} --resume")  # fmt: skip
+
+
+def missing_final_note(folder: Path, profile: Profile) -> str:
+    """Why there is no trained model in ``folder`` and what to do: a torn save is named with its rebuild."""
+    if not any(folder.with_name(name).exists() for name in (f"{folder.name}.partial", f"{folder.name}.old")):
+        notebook = f"Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE={profile.name} first."
+        return f"No trained model in {folder}. {notebook}"
+    return f"The trained model in {folder} {final_problem(folder)}. {rebuild_note(folder, profile)}"
 
 
 def load_trained_model(profile: Profile | str | None = None, folder: str | Path | None = None) -> tuple[Any, Any]:
@@ -83,9 +116,7 @@ def load_trained_model(profile: Profile | str | None = None, folder: str | Path 
     folder = Path(folder) if folder is not None else final_model_dir(p)
     kind = saved_model_kind(folder)
     if kind is None:
-        raise FileNotFoundError(
-            f"No trained model in {folder}. Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE={p.name} first."
-        )
+        raise FileNotFoundError(missing_final_note(folder, p))
     fix = f"Train it again (notebook 04 with COURSE_PROFILE={p.name}), or resume its run from a complete checkpoint."
     base = load_model_and_tokenizer(p)[0] if kind == "lora-adapter" else None
     with run_folder.loading(folder, "The trained model", fix):

@@ -138,7 +138,10 @@ def finish_warm_start(trainer: Any, folder: str | Path | None = None, settings: 
     setattr(primed.config, WARM_START_MARKER, info)
     print(f"warm start: {examples} example{'s' * (examples != 1)}, {steps} step{'s' * (steps != 1)}, losses {losses}")
     if folder is not None:
-        primed.save_pretrained(folder)
+        fix = ("Free space there (or point COURSE_OUTPUT_DIR at a disk with room), then run again: GRPO had not "
+               "started, so no step is lost.")  # fmt: skip
+        with run_folder.written_aside(Path(folder), "The warm start", fix) as partial:
+            primed.save_pretrained(partial)
     return primed
 
 
