@@ -278,6 +278,25 @@ def test_01_2_a_loss_without_the_gradient_fails_and_names_backward(wrong, capsys
     assert "loss.backward()" in capsys.readouterr().out
 
 
+def rebuilt_inputs(logps, old, adv, mask, epsilon=0.2):
+    """per_token_logps copied into a new leaf: the loss has a gradient function, the model gets no gradient."""
+    return token_mean(torch.tensor(logps.tolist(), requires_grad=True), old, adv, mask, epsilon)
+
+
+def same_value_no_gradient(logps, old, adv, mask, epsilon=0.2):
+    """TRL's value, with a gradient of 0: the clipped term detached."""
+    return token_mean(logps, old, adv, mask, epsilon).detach() + 0 * logps.sum()
+
+
+@pytest.mark.parametrize(("wrong", "named"), [(rebuilt_inputs, "no gradient reaches the model"),
+                                              (same_value_no_gradient, "another gradient than TRL's")])
+def test_01_2_a_loss_whose_gradient_misses_the_model_fails(wrong, named, capsys, trl_once):
+    """The check backpropagates into a real parameter: a grad_fn alone is not enough."""
+    assert nb01.check_01_policy_loss(wrong) is nb01.dapo_policy_loss
+    out = capsys.readouterr().out
+    assert "❌ 01.2" in out and named in out, out
+
+
 def test_01_2_a_right_loss_written_another_way_passes(trl_once):
     assert nb01.check_01_policy_loss(token_mean) is token_mean
 
@@ -333,7 +352,7 @@ def test_01_3_wrong_values_fail(wrong, capsys):
     assert "❌ 01.3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("wrong", ["1.5", "1.50", torch.tensor(1.5), [1.5]])
+@pytest.mark.parametrize("wrong", ["1.5", "1.50", torch.tensor([1.5]), [1.5]])
 def test_01_3_the_right_number_of_the_wrong_kind_fails_and_says_a_number_was_expected(wrong, capsys):
     assert not nb01.check_01_first_advantage(wrong)
     assert "❌ 01.3 first advantage: a number was expected" in capsys.readouterr().out
@@ -347,7 +366,15 @@ def test_01_4_wrong_values_fail(wrong, capsys):  # groups not completions, one o
 
 def test_01_4_a_bool_is_not_a_number(capsys):
     nb01.check_01_zero_std_fraction(False)
-    assert "a number was expected (an int or a float, no quotes), got bool False" in capsys.readouterr().out
+    assert "a number was expected (an int, a float or a 0-d tensor, no quotes), got bool False" in (
+        capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("right", [torch.tensor(1.5), torch.tensor(1.4999, dtype=torch.float64)])
+def test_01_3_the_0_d_tensor_advantages_returns_passes(right, capsys):
+    """``advantages([1, 0, 0, 0], 4)[0]`` is a 0-d tensor: the number it holds is the answer."""
+    assert nb01.check_01_first_advantage(right)
+    assert "✅ 01.3" in capsys.readouterr().out
 
 
 def test_the_hints_point_the_way_without_the_code():

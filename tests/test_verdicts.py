@@ -17,7 +17,7 @@ def test_close_to_takes_numbers_only():
 @pytest.mark.parametrize("answer", ["16", "1.5", False, True])
 def test_report_number_names_the_kind_expected(answer, capsys):
     assert not verdicts.report_number("00.0 value", answer, float(answer), "hint")
-    assert "a number was expected (an int or a float, no quotes)" in capsys.readouterr().out
+    assert "a number was expected (an int, a float or a 0-d tensor, no quotes)" in capsys.readouterr().out
 
 
 def test_the_hint_unfolds_on_the_second_failed_try(capsys, monkeypatch):

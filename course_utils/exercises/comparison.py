@@ -8,11 +8,14 @@ the input, what the reference gives, what the learner's version gives. The noteb
 
 from __future__ import annotations
 
+import copy
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from course_utils.exercises.verdicts import is_unanswered, list_problems, report
@@ -47,8 +50,10 @@ def same_values(expected: Any, got: Any, tolerance: float = 1e-5) -> bool:
         ):
             return False
         return torch.allclose(got.detach().to(expected.dtype), expected, rtol=1e-4, atol=tolerance)
-    if isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, (int, float)):
+    if isinstance(expected, float) and not isinstance(got, bool) and isinstance(got, numbers.Real):
         return math.isclose(got, expected, rel_tol=1e-4, abs_tol=tolerance)
+    if type(expected) is int and isinstance(got, numbers.Integral) and not isinstance(got, bool):
+        return int(got) == expected  # numpy's int64 is the same count
     if isinstance(expected, Mapping):
         return (
             isinstance(got, Mapping)
@@ -89,6 +94,8 @@ BAD_INPUT_ERRORS = (ValueError, TypeError, AttributeError, KeyError, IndexError)
 
 
 def _same_refusal(expected: BaseException, got: BaseException, errors: str) -> bool:
+    if errors == "any":  # the caller catches every error (TRL's tool calls): a run out of time is no refusal
+        return not isinstance(got, (TimeoutError, MemoryError))
     if errors == "family" and isinstance(expected, BAD_INPUT_ERRORS):
         return isinstance(got, BAD_INPUT_ERRORS)
     return isinstance(got, _error_kind(expected))
@@ -167,6 +174,56 @@ def _agree(
         return False
 
 
+def own_copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A deep copy of a case's inputs: each function gets its own, so neither can change what the other reads."""
+    try:
+        return copy.deepcopy(args)
+    except Exception:  # an input that cannot be copied is shared, as the notebook shares it
+        return args
+
+
+def _same_content(before: Any, after: Any) -> bool:
+    """``after`` holds what ``before`` held: tensors, arrays, containers and plain values; other objects pass."""
+    if isinstance(before, torch.Tensor):
+        return isinstance(after, torch.Tensor) and before.shape == after.shape and bool(
+            torch.equal(before, after) or (before.is_floating_point() and after.dtype == before.dtype
+                                         and torch.allclose(before, after, rtol=0, atol=0, equal_nan=True)))
+    if isinstance(before, np.ndarray):
+        return isinstance(after, np.ndarray) and before.shape == after.shape and np.array_equal(
+            before, after, equal_nan=before.dtype.kind in "fc")
+    if isinstance(before, Mapping):
+        return isinstance(after, Mapping) and set(before) == set(after) and all(
+            _same_content(before[key], after[key]) for key in before)
+    if isinstance(before, (list, tuple)):
+        return isinstance(after, (list, tuple)) and len(before) == len(after) and all(
+            _same_content(b, a) for b, a in zip(before, after, strict=True))
+    if isinstance(before, float) and isinstance(after, float) and math.isnan(before) and math.isnan(after):
+        return True
+    if isinstance(before, (str, bytes, numbers.Number, type(None))):
+        return type(before) is type(after) and before == after
+    return True
+
+
+def changed_input(before: Any, after: Any, path: str = "") -> str | None:
+    """Where ``after`` no longer holds what ``before`` held (``"[0]['completions']"``), or None when nothing changed."""
+    if _same_content(before, after):
+        return None
+    if isinstance(before, Mapping) and isinstance(after, Mapping) and set(before) == set(after):
+        return next(changed_input(before[k], after[k], f"{path}[{k!r}]") for k in before
+                    if not _same_content(before[k], after[k]))
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) and len(before) == len(after):
+        return next(changed_input(b, a, f"{path}[{i}]") for i, (b, a) in enumerate(zip(before, after, strict=True))
+                    if not _same_content(b, a))
+    return path or "(the whole input)"
+
+
+def mutation_difference(label: str, where: str) -> Difference:
+    """The difference of an answer that changed what it was given: the caller goes on using its inputs."""
+    return Difference(label, "leaves its inputs as they were",
+                      f"changes its input in place, at {where}: the caller goes on using it (TRL hands the same "
+                      "objects to every reward and to its logs); build new values instead")
+
+
 def compare_with_reference(
     learner: Callable[..., Any],
     reference: Callable[..., Any],
@@ -174,22 +231,30 @@ def compare_with_reference(
     same: Callable[[Any, Any], bool] = same_values,
     errors: str = "family",
     needs: Needs | None = None,
+    keeps_inputs: bool = True,
 ) -> list[Difference]:
-    """Run both functions on every case; return the cases where they differ (in value, or in raising).
+    """Run both functions on every case, each on its own deep copy; return the cases where they differ.
 
     Where the reference raises, the learner's version must raise too: refusing bad input is part of the
     behaviour being checked. ``errors="family"`` accepts any of ``BAD_INPUT_ERRORS`` for one of them;
-    ``errors="kind"`` demands the same built-in kind (where the task names the error). ``needs`` says what
-    the following cells need of a returned value (a tensor, a gradient), checked before the values are
-    compared. A learner's ``NotImplementedError`` raises ``NotAnswered``.
+    ``errors="kind"`` demands the same built-in kind (where the task names the error); ``errors="any"`` accepts
+    any error (where the caller catches every one). ``needs`` says what the following cells need of a returned
+    value (a tensor, a gradient), checked before the values are compared. ``keeps_inputs``: an answer that changes
+    its inputs in place differs (not for ``Dataset.map`` functions, which get a fresh row each call). A learner's
+    ``NotImplementedError`` raises ``NotAnswered``.
     """
-    if errors not in ("family", "kind"):
-        raise ValueError(f"errors must be 'family' or 'kind', got {errors!r}")
+    if errors not in ("family", "kind", "any"):
+        raise ValueError(f"errors must be 'family', 'kind' or 'any', got {errors!r}")
     differences = []
     for case in cases:
         reference_args = case.args if case.reference_args is None else case.reference_args
-        expected, got = _outcome(reference, reference_args), _outcome(learner, case.args)
-        if problem := _needs_problem(needs, expected, got):
+        expected = _outcome(reference, own_copy(reference_args))
+        given = own_copy(case.args)
+        got = _outcome(learner, given)
+        where = changed_input(case.args, given) if keeps_inputs and given is not case.args else None
+        if where:
+            differences.append(mutation_difference(case.label, where))
+        elif problem := _needs_problem(needs, expected, got):
             differences.append(Difference(case.label, f"returns {kind_of(expected[1])}", problem))
         elif not _agree(expected, got, same, errors):
             differences.append(_difference(case.label, expected, got))
@@ -234,12 +299,13 @@ def check_against_reference(
     errors: str = "family",
     needs: Needs | None = None,
     show: int = 4,
+    keeps_inputs: bool = True,
 ) -> bool:
     """Print whether the learner's function agrees with ``reference`` on ``cases``, listing what differs."""
     if not_a_function(exercise, learner, hint):
         return False
     try:
-        differences = compare_with_reference(learner, reference, cases, same, errors, needs)
+        differences = compare_with_reference(learner, reference, cases, same, errors, needs, keeps_inputs)
     except NotAnswered:
         report(exercise, False, hint, None)
         return False

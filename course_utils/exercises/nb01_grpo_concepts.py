@@ -98,15 +98,39 @@ def loss_needs(expected: torch.Tensor, got: Any) -> str | None:
     return None
 
 
-def with_gradient(learner: Callable[..., Any]) -> Callable[..., Any]:
-    """The learner's loss called as training calls it: ``per_token_logps`` requires the gradient.
+class GradientNotReached(Exception):
+    """The learner's loss does not carry the gradient TRL's does back to the model's log-probabilities."""
 
-    ``functools.wraps`` keeps the learner's name and module: the comparison reports it as theirs.
+
+def gradient_problem(loss: torch.Tensor, weights: torch.Tensor, wanted: torch.Tensor) -> str | None:
+    """Why ``loss.backward()`` would not train the model as TRL's loss does, or None."""
+    (grad,) = torch.autograd.grad(loss, weights, allow_unused=True)
+    if grad is None:
+        return "no gradient reaches the model: built from a copy (torch.tensor, .detach, .item)"
+    if not torch.allclose(grad, wanted, rtol=1e-3, atol=1e-6):
+        return "the model gets another gradient than TRL's: a part is detached"
+    return None
+
+
+def with_gradient(learner: Callable[..., Any], loss_type: str) -> Callable[..., Any]:
+    """The learner's loss called as training calls it, then backpropagated into a real parameter.
+
+    ``per_token_logps`` comes from a parameter (as it comes from the model's weights); the loss must carry the
+    gradient TRL's loss carries back to it, else the wrapper raises ``GradientNotReached``, which the comparison
+    reports. ``functools.wraps`` keeps the learner's name and module: the comparison reports it as theirs.
     """
+    reference = _reduced_as(loss_type)
 
     @functools.wraps(learner)
     def call(per_token_logps: torch.Tensor, *rest: Any) -> Any:
-        return learner(per_token_logps.detach().clone().requires_grad_(True), *rest)
+        weights = torch.nn.Parameter(per_token_logps.detach().clone())
+        loss = learner(weights * 1.0, *rest)
+        if not (isinstance(loss, torch.Tensor) and loss.grad_fn is not None and loss.numel() == 1):
+            return loss  # loss_needs says what training needs
+        (wanted,) = torch.autograd.grad(reference(weights * 1.0, *rest), weights)
+        if problem := gradient_problem(loss.sum(), weights, wanted):
+            raise GradientNotReached(problem)
+        return loss
 
     return call
 
@@ -170,7 +194,8 @@ def _check_loss(exercise: str, learner: Any, loss_type: str, hint: str) -> bool:
     if not_a_function(exercise, learner, hint):
         return False
     reference, cases = loss_cases(loss_type)
-    return check_against_reference(exercise, with_gradient(learner), reference, cases, hint=hint, needs=loss_needs)
+    return check_against_reference(exercise, with_gradient(learner, loss_type), reference, cases, hint=hint,
+                                  needs=loss_needs)
 
 
 def check_01_policy_loss(learner: Any) -> Any:

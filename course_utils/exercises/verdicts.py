@@ -113,10 +113,25 @@ def hand_back(exercise: str, passed: bool, yours: Any, reference: Any, reference
     return reference
 
 
+def plain_number(answer: Any) -> Any:
+    """A 0-d tensor or array (what ``advantages(...)[0]`` returns) as the number it holds; anything else as given."""
+    if getattr(answer, "ndim", None) == 0 and callable(getattr(answer, "item", None)):
+        try:
+            return answer.item()
+        except Exception:  # an object that only looks like a tensor is judged as it is
+            return answer
+    return answer
+
+
 def number_problem(answer: Any) -> str | None:
-    """Why ``answer`` is not a number the course can compute with (a string or a bool is not one), or None."""
+    """Why ``answer`` is not a number the course can compute with (a string or a bool is not one), or None.
+
+    A 0-d tensor is the number it holds (``plain_number``).
+    """
+    answer = plain_number(answer)
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
-        return f"a number was expected (an int or a float, no quotes), got {type(answer).__name__} {answer!r:.40}"
+        return (f"a number was expected (an int, a float or a 0-d tensor, no quotes), got {type(answer).__name__} "
+                f"{answer!r:.40}")
     if not math.isfinite(answer):
         return f"a finite number was expected, got {answer}"
     return None
@@ -124,7 +139,7 @@ def number_problem(answer: Any) -> str | None:
 
 def close_to(answer: Any, expected: float, tolerance: float = 1e-6) -> bool:
     """True when ``answer`` is a number (not a string, not a bool) within ``tolerance`` of ``expected``."""
-    return number_problem(answer) is None and abs(float(answer) - expected) <= tolerance
+    return number_problem(answer) is None and abs(float(plain_number(answer)) - expected) <= tolerance
 
 
 def report_number(exercise: str, answer: Any, expected: float, hint: str, tolerance: float = 1e-6) -> bool:
