@@ -32,7 +32,7 @@
     checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
     ``run_logs`` (a run's log history, saved, read back and compared), ``run_callbacks`` (the live
     dashboard, a run stopped at the end of a step), ``monitoring`` (the monitoring rules, the lab's "did it
-    learn" numbers), ``preflight`` (checks before the first step),
+    learn" numbers), ``collapse`` (a run that stopped reasoning, defined once and measured on its completions), ``preflight`` (checks before the first step),
     ``config_reading`` (a planned run's settings read as TRL reads them), ``preflight_memory`` (its memory check:
     the estimate from a config and a model, against the machine),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate, by phase),

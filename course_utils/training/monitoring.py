@@ -17,6 +17,7 @@ from statistics import median
 from typing import Any
 
 from course_utils.core.findings import Finding
+from course_utils.lesson.rewards.corrected import CORRECT_REWARD
 from course_utils.training.run_logs import training_logs
 
 # --- Monitoring rules -------------------------------------------------------------------------------
@@ -30,6 +31,9 @@ THRESHOLDS: dict[str, float] = {
     "zero_std_high": 0.5,  # mean frac_reward_zero_std over the window above this: groups without signal
     "clipped_high": 0.3,  # mean clipped ratio over the window above this: completions truncated
     "hack_reward_gain": 0.2,  # total reward up by at least this from the first third of the run to the last...
+    "format_saturated": 0.9,  # every format reward's last-fifth mean at this share of its best: the tags are learned
+    "correct_gain": 0.05,  # correct share up by less than this from the first fifth to the last: flat
+    "collapse_length_ratio": 0.6,  # last-fifth mean length under this share of the first fifth's: shrinking
 }
 # ...and another reward rose by more than the course's five together (the task: a right answer, well formatted)
 TASK_REWARD_COLUMNS = tuple(
@@ -88,8 +92,9 @@ def _check_reward_std(logs: list[dict[str, Any]]) -> list[Finding]:
             step,
             f"reward_std is {reward_std:.3f} (< {THRESHOLDS['reward_std_low']}) with mean reward {reward:.2f}: "
             f"almost every completion in the batch scores the same{groups}",
-            "if the reward is high the run has converged; if it is low there is no signal: warm-start the "
-            "format, use a denser reward or a higher temperature",
+            "a high reward with a flat correct share is not convergence: read the completions for a collapse "
+            "(the collapse rule); a low one has no signal: warm-start the format, use a denser reward or a higher "
+            "temperature",
         )
     ]
 
@@ -200,7 +205,60 @@ def _check_reward_without_task(logs: list[dict[str, Any]]) -> list[Finding]:
     ]
 
 
+# The format rewards (the course's four besides correctness) and the best each returns: saturated near it
+FORMAT_REWARD_MAX = {
+    "rewards/int_reward_func/mean": 0.5,
+    "rewards/strict_format_reward_func/mean": 0.5,
+    "rewards/soft_format_reward_func/mean": 0.5,
+    "rewards/xmlcount_reward_func/mean": 0.5,
+}
+COLLAPSE_FIX = (
+    "this is a collapse, not convergence: read the completions (training.collapse.collapse_report on the logged "
+    "ones). Reward the answer over the tags (the correct-first preset with scale_rewards='none'), warm-start on "
+    "whole worked solutions, or lower the learning rate; notebook 06 reproduces it and its fix"
+)
+
+
+def _fifths(logs: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
+    values = [v for _, v in _series(logs, key)]
+    if len(values) < 10:
+        return None
+    n = len(values) // 5
+    return _mean(values[:n]), _mean(values[-n:])
+
+
+def _check_collapse(logs: list[dict[str, Any]]) -> list[Finding]:
+    """The format rewards saturate while the correct share stays flat and the completions shrink or stop differing.
+
+    The reward curve of such a run climbs and then flattens like a converged one; what it learned is the tags
+    around a guess. At least 10 logged steps, first fifth against last.
+    """
+    formats = {key: _fifths(logs, key) for key in FORMAT_REWARD_MAX}
+    correct, length = _fifths(logs, CORRECTNESS_KEY), _fifths(logs, "completions/mean_length")
+    if correct is None or length is None or any(f is None for f in formats.values()):
+        return []
+    saturated = all(f[1] >= THRESHOLDS["format_saturated"] * FORMAT_REWARD_MAX[k] for k, f in formats.items())
+    flat = correct[1] - correct[0] < THRESHOLDS["correct_gain"] * CORRECT_REWARD
+    shrank = length[1] < THRESHOLDS["collapse_length_ratio"] * length[0]
+    no_signal = (_fifths(logs, "frac_reward_zero_std") or (0.0, 0.0))[1] > THRESHOLDS["zero_std_high"]
+    if not (saturated and flat and (shrank or no_signal)):
+        return []
+    zero_std = _fifths(logs, "frac_reward_zero_std")
+    groups = f", {zero_std[1]:.0%} of the groups without signal" if zero_std else ""
+    return [
+        _finding(
+            "collapse",
+            _series(logs, "reward")[-1][0],
+            f"the format rewards saturated while the correct share stayed flat ({correct[0] / CORRECT_REWARD:.0%} "
+            f"-> {correct[1] / CORRECT_REWARD:.0%}, first fifth to last) and the completions went from "
+            f"{length[0]:.0f} to {length[1]:.0f} tokens{groups}: the model learned the tags around a guess",
+            COLLAPSE_FIX,
+        )
+    ]
+
+
 RULES = (
+    _check_collapse,
     _check_reward_std,
     _check_length_jump,
     _check_kl,
@@ -213,7 +271,8 @@ RULES = (
 def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
 
-    Rules: ``reward_std`` (the whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
+    Rules: ``collapse`` (format saturated, correctness flat, completions shrinking or alike), ``reward_std`` (the
+    whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
     steadily, a high ``frac_reward_zero_std``, a high clipped ratio, the total reward rising without the task
     rewards (``reward_without_task``, a reward hack). An empty list means nothing to report.
     """
