@@ -11,6 +11,7 @@ import ast
 import re
 
 import nbformat
+import numpy as np
 import pytest
 from notebook_code import _imports, code_cells, exercise, notebook_path
 
@@ -94,7 +95,7 @@ def test_04_8_the_solution_passes_and_is_handed_back(capsys):
     solution = exercise("04", "generation_batch")
     assert nb04.check_04_generation_batch(solution) is solution
     out = capsys.readouterr().out
-    assert "✅ 04.8 generation batch: same result as the reference on all 9 cases." in out
+    assert "✅ 04.8 generation batch: same result as the reference on all 14 cases." in out
     assert "04.8 generation batch: the notebook continues with yours." in out
 
 
@@ -203,3 +204,35 @@ def test_the_trl_statements_match_the_installed_trl():
     assert "still\n  enters their group's mean and std" in text
     loop = next(c.source for c in notebook.cells if "## The whole GRPO loop" in c.source)
     assert "a frozen copy, only when beta > 0" not in loop and "adapters\n            switched off" in loop
+
+
+def refuses_pairs(batch, accumulation, num_generations):
+    """A group of 2 compares two completions: the ci profile's pairs are groups."""
+    if num_generations <= 2 or batch < 1 or accumulation < 1 or (batch * accumulation) % num_generations:
+        raise ValueError("sizes")
+    return batch * accumulation
+
+
+def accepts_negative_sizes(batch, accumulation, num_generations):
+    """Checks the product only: -2 x -2 is 4 completions."""
+    completions = batch * accumulation
+    if num_generations < 2 or completions < 1 or completions % num_generations:
+        raise ValueError("sizes")
+    return completions
+
+
+@pytest.mark.parametrize("wrong", [refuses_pairs, accepts_negative_sizes], ids=lambda f: f.__name__)
+def test_04_8_pairs_and_negative_sizes_tell(wrong, capsys):
+    assert nb04.check_04_generation_batch(wrong) is grpo_config.check_generation_batch
+    assert "❌ 04.8 generation batch" in capsys.readouterr().out
+
+
+def as_numpy_int(batch, accumulation, num_generations):
+    """The right answer, counted with numpy: an np.int64 is the same count."""
+    if num_generations < 2 or batch < 1 or accumulation < 1 or (batch * accumulation) % num_generations:
+        raise ValueError("sizes")
+    return np.prod([batch, accumulation])
+
+
+def test_04_8_a_numpy_integer_passes(capsys):
+    assert nb04.check_04_generation_batch(as_numpy_int) is as_numpy_int, capsys.readouterr().out

@@ -77,12 +77,13 @@ def test_04_1_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     "changes",
     [
         {"log_completions": True},  # notebook 07 uses it
-        {"beta": 0.02, "loss_type": "grpo", "learning_rate": 5e-5, "seed": 7},
+        {"beta": 0.02, "loss_type": "dapo", "learning_rate": 5e-5, "seed": 7},
         {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 2, "max_steps": 1, "temperature": 0.9},
         {"num_completions_to_print": 2, "learning_rate": 3e-4, "beta": 0.1, "logging_steps": 2},
         {"max_completion_length": 128},  # longer than the profile's 16, within what the reference answers need
         {"reward_weights": None},  # TRL weighs every reward 1.0: notebook 03's "initial" preset
-        {"scale_rewards": "batch", "epsilon_high": 0.28, "save_steps": 1},
+        {"save_steps": 1, "optim": "adamw_torch", "lr_scheduler_type": "constant", "warmup_steps": 0},
+        {"temperature": 1.1, "max_grad_norm": 0.5, "report_to": [], "save_total_limit": 1, "disable_dropout": True},
     ],
 )
 def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsys):
@@ -102,9 +103,24 @@ def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsy
         ({"max_completion_length": 4096}, "max_completion_length=4096 is longer than the profile's 16"),
         ({"output_dir": "outputs/my-run"}, "is not the run folder"),
         ({"temperature": 0.0}, "temperature=0.0"),
+        ({"loss_type": "grpo"}, "loss_type='grpo': the profile's run uses 'dapo'"),
+        ({"temperature": 0.3}, "temperature=0.3: the profile's is 1.0 (accepted: 0.8 to 1.2)"),
+        ({"top_p": 0.5}, "top_p=0.5: the profile's run uses 1.0"),
+        ({"mask_truncated_completions": True}, "mask_truncated_completions=True: the profile's run uses False"),
+        ({"lr_scheduler_type": "linear"}, "lr_scheduler_type='linear': the profile's run uses 'constant'"),
+        ({"max_grad_norm": 0.0}, "max_grad_norm=0.0: the profile's is 1.0 (accepted: 0.5 to 2)"),
+        ({"num_iterations": 2}, "num_iterations=2: the profile's run uses 1"),
+        ({"scale_rewards": "none"}, "scale_rewards='none': the profile's run uses 'group'"),
+        ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
+        ({"epsilon": 0.5}, "epsilon=0.5: the profile's run uses 0.2"),
+        ({"epsilon_high": 0.28}, "epsilon_high=0.28"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation='normalize_then_sum'"),
+        ({"remove_unused_columns": True}, "remove_unused_columns=True: the profile's run uses False"),
+        ({"steps_per_generation": 2}, "steps_per_generation=2 (or generation_batch_size=4)"),
+        ({"shuffle_dataset": False}, "shuffle_dataset=False"),
         ({"max_steps": -1}, "max_steps is not set"),
         ({"save_strategy": "no"}, "save_strategy='no'"),
-        ({"loss_type": "dpo"}, "loss_type='dpo' is not one TRL knows"),
+        ({"loss_type": "dpo"}, "loss_type='dpo': the profile's run uses 'dapo'"),
         ({"use_vllm": True}, "vLLM is not installed"),
         ({"learning_rate": 1e-6}, "learning_rate=1e-06: the profile's is 0.0001 (accepted: 2e-05 to 0.0005)"),
         ({"learning_rate": 0.0}, "learning_rate=0: the profile's is 0.0001"),
@@ -257,6 +273,8 @@ def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
         {"target_modules": ["down_proj", "up_proj", "gate_proj", "o_proj", "v_proj", "k_proj", "q_proj"]},
         {"r": 4, "lora_alpha": 8},
         {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": (1,)},
+        {"target_modules": r".*layers\.1\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj", "layers_to_transform": None},
+        {"lora_alpha": 8},  # half the profile's scale
     ],
 )
 def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny_model, changes, capsys):
@@ -283,6 +301,14 @@ def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny
         ({"target_modules": ["q_proj", "v_proj"]}, "leaves out ['down_proj', 'gate_proj', 'k_proj', 'o_proj'"),
         ({"target_modules": None}, "the profile adapts ['down_proj', 'gate_proj', 'k_proj'"),
         ({"target_modules": [*get_profile("ci").lora_target_modules, "lm_head"]}, "adds ['lm_head']"),
+        ({"lora_alpha": 1}, "lora_alpha=1 with r=8: the update is scaled by lora_alpha / r = 0.125"),
+        ({"lora_dropout": 0.9}, "lora_dropout=0.9: the profile's is 0.0 (accepted: 0 to 0.1)"),
+        ({"bias": "all"}, "bias='all': the profile's run uses 'none'"),
+        ({"use_dora": True}, "use_dora=True: the profile's run uses False"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save=['lm_head']: the profile's run uses None"),
+        ({"target_modules": r".*\.(q|k|v|o|gate|up|down)_proj", "layers_to_transform": None},
+         "adapts 14 linear layers, in decoder layers [0, 1]; the profile adapts 7"),
+        ({"target_modules": "all-linear", "layers_to_transform": None}, "adapts 14 linear layers"),
     ],
 )
 def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):
@@ -364,7 +390,7 @@ def test_04_3_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     [
         {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 8},  # the same batch in smaller passes
         {"max_steps": 4, "num_train_epochs": 1.0},  # the same 4 steps, said differently
-        {"learning_rate": 5e-4, "max_length": 1024, "lr_scheduler_type": "linear", "report_to": "none"},
+        {"learning_rate": 5e-4, "max_length": 1024, "report_to": "none", "completion_only_loss": True},
     ],
 )
 def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer, changes, capsys):
@@ -385,6 +411,9 @@ def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer
         ({"output_dir": "/tmp/warm_start"}, "is not in the run folder"),
         ({"learning_rate": 0.0}, "learning_rate=0: the profile's is 0.001"),
         ({"learning_rate": 2e-5}, "learning_rate=2e-05: the profile's is 0.001 (accepted: 0.0002 to 0.005)"),
+        ({"completion_only_loss": False}, "completion_only_loss=False: the profile's run uses None"),
+        ({"packing": True}, "packing=True: the profile's run uses False"),
+        ({"lr_scheduler_type": "linear"}, "lr_scheduler_type='linear': the profile's run uses 'constant'"),
     ],
 )
 def test_04_3_wrong_configs_fail_naming_the_problem(cpu_lab, tokenizer, changes, named, capsys):
@@ -525,3 +554,39 @@ def test_04_4_a_trainer_trl_refuses_shows_trl_s_message(pieces, capsys, monkeypa
 def test_04_4_something_else_than_a_trainer_is_a_verdict(pieces, capsys):
     handed = _check(pieces, pieces["config"])
     assert isinstance(handed, GRPOTrainer) and "a GRPOConfig, not a GRPOTrainer" in verdict(capsys)
+
+
+def test_04_4_a_trainer_on_part_of_the_training_prompts_fails(pieces, capsys):
+    """The issue's wrong answer (``train_dataset.select(range(4))``), at the toy run's size: half its rows."""
+    trainer = _trainer(pieces, train_dataset=pieces["train_dataset"].select(range(2)))
+    assert _check(pieces, trainer) is not trainer
+    out = verdict(capsys)
+    assert "train_dataset: 2 rows, of which 0 are not the notebook's, and 2 of its 4 training problems are missing" in (
+        out), out
+
+
+def test_04_4_the_training_prompts_in_another_order_pass(pieces, capsys):
+    """TRL shuffles the prompts itself: the order the learner passes them in changes nothing."""
+    trainer = _trainer(pieces, train_dataset=pieces["train_dataset"].shuffle(seed=3))
+    assert _check(pieces, trainer) is trainer, verdict(capsys)
+
+
+def test_the_field_tables_class_every_field_trl_and_peft_offer():
+    """A field a new TRL or peft adds is classed (changes the run or not), never ignored by the checks."""
+    from dataclasses import fields
+
+    from course_utils.exercises.nb04_train_grpo import run_fields
+
+    for table, config in ((run_fields.GRPO_FIELDS, GRPOConfig), (run_fields.SFT_FIELDS, SFTConfig),
+                          (run_fields.LORA_FIELDS, LoraConfig)):
+        offered = {field.name for field in fields(config)}
+        assert set(table) == offered, (config.__name__, sorted(offered - set(table)), sorted(set(table) - offered))
+        assert set(table.values()) <= {run_fields.FREE, run_fields.JUDGED, *run_fields.WHY}
+    assert set(run_fields.RANGES) <= set(run_fields.GRPO_FIELDS) | set(run_fields.LORA_FIELDS)
+
+
+def test_a_field_classed_twice_is_refused():
+    from course_utils.exercises.nb04_train_grpo import run_fields
+
+    with pytest.raises(ValueError, match="classed twice"):
+        run_fields._fields(free="seed", trained="seed")

@@ -19,11 +19,16 @@ def generation_batch_cases() -> list[Case]:
         Case("4 x 2, groups of 8", (4, 2, 8)),
         Case("the cpu lab: one pass of 8, groups of 8", (8, 1, 8)),
         Case("12 x 1, groups of 3", (12, 1, 3)),
+        Case("the ci profile: 2 x 1, pairs", (2, 1, 2)),
+        Case("4 x 3, pairs", (4, 3, 2)),
         Case("6 x 1, groups of 4: not whole groups", (6, 1, 4)),
         Case("3 x 3, groups of 2: not whole groups", (3, 3, 2)),
         Case("a group of one compares nothing", (8, 1, 1)),
         Case("batch 0", (0, 1, 2)),
         Case("accumulation 0", (4, 0, 2)),
+        Case("a negative batch", (-4, 1, 2)),
+        Case("two negative sizes whose product is positive", (-2, -2, 2)),
+        Case("a negative group size", (4, 1, -2)),
     ]
 
 

@@ -1,8 +1,9 @@
-"""04.1: the learner's ``GRPOConfig``, judged on what it does: whole groups in the generation batch, the run the
-profile measured (completions per step, group size, steps, a learning rate and a ``beta`` in stated ranges
-around the profile's, ``beta`` above 0 where the dashboard draws ``kl``), the precision this machine trains in, a
-completion length that fits the profile and the reference answers, one weight per reward (notebook 03's), the run
-folder, and values TRL accepts. Extra fields (``log_completions=True``, smaller passes with more accumulation)
+"""04.1: the learner's ``GRPOConfig``, judged on what it does: every field that changes the run (``run_fields``),
+whole groups in the generation batch, one generation a step, the run the profile measured (completions per step,
+group size, steps, a learning rate and a ``beta`` in stated ranges around the profile's, ``beta`` above 0 where
+the dashboard draws ``kl``), the precision this machine trains in, a completion length that fits the profile and
+the reference answers, one weight per reward (notebook 03's), the run folder, and values TRL accepts. Extra
+fields that change nothing the run depends on (``log_completions=True``, smaller passes with more accumulation)
 pass.
 """
 
@@ -21,13 +22,13 @@ from course_utils.exercises.nb04_train_grpo.machine_fit import (
     run_folder_problems,
     shown_number,
 )
+from course_utils.exercises.nb04_train_grpo.run_fields import GRPO_FIELDS, field_problems
 from course_utils.exercises.verdicts import close_to, hand_back
 from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.models import load_tokenizer
 from course_utils.lesson.rewards import REWARD_FUNCS
 from course_utils.lesson.token_lengths import recommended_completion_length, token_length_stats
 from course_utils.training.grpo_config import make_grpo_config, resolve_reward_weights, vllm_available
-from course_utils.training.preflight import trl_choices
 
 REFERENCE_ROWS = 200  # GSM8K train rows whose reference answers size max_completion_length
 
@@ -109,14 +110,8 @@ def reward_weight_problems(config: Any, reward_weights: Any) -> list[str]:
 def trl_value_problems(config: Any) -> list[str]:
     """Values TRL accepts and a run that can learn, resume and generate here."""
     problems = []
-    losses = trl_choices("loss_type")
-    if losses and config.loss_type not in losses:
-        problems.append(f"loss_type={config.loss_type!r} is not one TRL knows ({', '.join(losses)})")
     if config.beta < 0:
         problems.append(f"beta={config.beta}: a KL coefficient is >= 0 (0 turns the KL term off)")
-    if not config.temperature or config.temperature <= 0:
-        problems.append(f"temperature={config.temperature}: without sampling every completion of a group is the "
-                        "same, and the group teaches nothing")
     if config.max_steps is None or config.max_steps < 1:
         problems.append("max_steps is not set: the run would last num_train_epochs over the whole dataset")
     if str(getattr(config.save_strategy, "value", config.save_strategy)) == "no":
@@ -177,19 +172,32 @@ def run_size_problems(config: Any, profile: Profile) -> list[str]:
                                                    profile.max_steps), beta_problem(config.beta, profile)])]
 
 
+def generation_round_problems(config: Any) -> list[str]:
+    """One generation a step: completions reused over several steps are off-policy, which the run does not measure."""
+    steps, accumulation = config.steps_per_generation, config.gradient_accumulation_steps
+    if steps in (None, accumulation):
+        return []
+    return [f"steps_per_generation={steps} (or generation_batch_size={config.generation_batch_size}): the profile "
+            f"generates once per optimizer step (gradient_accumulation_steps={accumulation}); another round size "
+            "trains steps on completions an older policy sampled"]
+
+
 def grpo_config_problems(config: Any, profile: Profile, reward_weights: Any = None) -> list[str]:
     """Everything a ``GRPOConfig`` gets wrong for this profile on this machine (empty: nothing)."""
     kind = kind_problem(config, GRPOConfig, "GRPOConfig")
     if kind:
         return kind
+    reference = make_grpo_config(profile, reward_weights=reward_weights)
     return [
         *generation_batch_problems(config),
+        *generation_round_problems(config),
         *run_size_problems(config, profile),
         *precision_problems(config, profile),
         *completion_length_problems(config, profile),
         *reward_weight_problems(config, reward_weights),
         *run_folder_problems(config.output_dir, profile, inside=False),
         *trl_value_problems(config),
+        *field_problems(config, reference, GRPO_FIELDS),
     ]
 
 

@@ -6,6 +6,8 @@ trainer is built on the same pieces.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +59,25 @@ def dataset_problems(dataset: Any) -> list[str]:
     return []
 
 
+def _rows(dataset: Any) -> Counter[str]:
+    """Each row's prompt and gold answer as one string, counted: the problems a dataset trains on, in any order."""
+    return Counter(json.dumps([row.get("prompt"), row.get("answer")], sort_keys=True, default=str)
+                   for row in dataset.to_list())
+
+
+def same_problems_problems(dataset: Any, expected: Any) -> list[str]:
+    """The notebook's training prompts, every one, unchanged (the order is TRL's to shuffle)."""
+    if expected is None or not hasattr(dataset, "to_list"):
+        return []
+    yours, wanted = _rows(dataset), _rows(expected)
+    if yours == wanted:
+        return []
+    missing, added = sum((wanted - yours).values()), sum((yours - wanted).values())
+    return [f"train_dataset: {len(dataset)} rows, of which {added} are not the notebook's, and {missing} of its "
+            f"{len(expected)} training problems are missing: the run the profile measured trains on train_dataset "
+            "as the cell above built it; pass train_dataset=train_dataset"]
+
+
 def _lora_values(config: Any) -> tuple[Any, ...]:
     targets = config.target_modules
     layers = config.layers_to_transform
@@ -77,7 +98,8 @@ def adapter_problems(trainer: Any, model: Any, lora: Any) -> list[str]:
     return []
 
 
-def trainer_problems(trainer: Any, model: Any, tokenizer: Any, config: Any, lora: Any) -> list[str]:
+def trainer_problems(trainer: Any, model: Any, tokenizer: Any, config: Any, lora: Any,
+                     train_dataset: Any = None) -> list[str]:
     """Everything a ``GRPOTrainer`` is given that the course's run is not (callbacks are the learner's own)."""
     kind = kind_problem(trainer, GRPOTrainer, "GRPOTrainer")
     if kind:
@@ -86,7 +108,7 @@ def trainer_problems(trainer: Any, model: Any, tokenizer: Any, config: Any, lora
     if trainer.processing_class is not tokenizer:
         problems.append("processing_class: not the tokenizer loaded with the model; pass processing_class=tokenizer")
     return [*problems, *reward_problems(trainer, config), *adapter_problems(trainer, model, lora),
-            *dataset_problems(trainer.train_dataset)]
+            *(dataset_problems(trainer.train_dataset) or same_problems_problems(trainer.train_dataset, train_dataset))]
 
 
 def release_model(trainer: Any, model: Any) -> None:
@@ -131,8 +153,8 @@ def check_grpo_trainer(trainer: Any, profile: Profile, *, model: Any, tokenizer:
     notebook's, for the reference trainer.
     """
     exercise = "04.4 GRPOTrainer"
-    passed = judge(exercise, trainer, problems_of(trainer_problems, trainer, model, tokenizer, config, lora),
-                   TRAINER_HINT, TRL_TRAINER)
+    problems = problems_of(trainer_problems, trainer, model, tokenizer, config, lora, train_dataset)
+    passed = judge(exercise, trainer, problems, TRAINER_HINT, TRL_TRAINER)
     reference = None
     if not passed:
         release_model(trainer, model)

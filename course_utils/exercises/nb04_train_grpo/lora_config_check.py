@@ -1,21 +1,26 @@
-"""04.2: the learner's ``LoraConfig``: targets that are linear layers of the model (the profile's, however
-written), a rank near the profile's, and the profile's top layers as a list of indices (an int is one layer to
-peft, not a count).
+"""04.2: the learner's ``LoraConfig``: targets that are linear layers of the model, the same layers adapted as
+the profile's config adapts by peft's own matching (a list, a pattern that limits the layers itself, or the top
+layers as indices: an int is one layer to peft, not a count), a rank and an update scale near the profile's.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 from peft import LoraConfig
+from peft.tuners.tuners_utils import check_target_module_exists
 from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 from course_utils.core.profiles import Profile
 from course_utils.exercises.nb04_train_grpo.judging import PEFT, judge, kind_problem, problems_of
+from course_utils.exercises.nb04_train_grpo.machine_fit import LEARNING_RATE_FACTOR
+from course_utils.exercises.nb04_train_grpo.run_fields import LORA_FIELDS, field_problems
 from course_utils.exercises.verdicts import hand_back, report, shown
-from course_utils.training.lora_setup import lora_targets_in, make_lora_config, top_layer_indices
+from course_utils.training.lora_setup import make_lora_config, top_layer_indices
 
 
 def linear_layer_names(model: Any) -> list[str]:
@@ -42,32 +47,60 @@ def target_problems(targets: Any, model: Any) -> list[str]:
     return []
 
 
-def adapted_kinds(targets: Any, model: Any) -> set[str]:
-    """The kinds of linear layer (``q_proj``...) that ``target_modules`` adapts in ``model``, as peft reads it."""
+def adapted_modules(config: Any, model: Any) -> set[str]:
+    """The linear layers of ``model`` that peft adapts with ``config``, by peft's own matching.
+
+    ``None`` targets are peft's default for the architecture; ``"all-linear"`` is every linear layer but the output
+    head; a pattern is matched whole (peft then ignores ``layers_to_transform``); names honour the layer indices.
+    """
     linear = linear_layer_names(model)
-    if targets is None:  # peft's default for the architecture
+    targets = config.target_modules
+    if targets is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type, [])
-    if targets == "all-linear":  # every linear layer but the output head
-        chosen = [n for n in linear if not n.endswith("lm_head")]
-    elif isinstance(targets, str):
-        chosen = [n for n in linear if re.fullmatch(targets, n)]
-    else:
-        chosen = [n for n in linear if any(n == t or n.endswith(f".{t}") for t in targets)]
-    return {name.rsplit(".", 1)[-1] for name in chosen}
+    if targets == "all-linear":
+        targets = [name for name in linear if not name.endswith("lm_head")]
+    probe = SimpleNamespace(
+        target_modules=targets if isinstance(targets, str) else set(targets), target_parameters=None,
+        exclude_modules=config.exclude_modules, modules_to_save=config.modules_to_save,
+        layers_to_transform=config.layers_to_transform, layers_pattern=config.layers_pattern,
+    )
+    return {name for name in linear if check_target_module_exists(probe, name)}
 
 
-def target_kind_problems(targets: Any, profile: Profile, model: Any) -> list[str]:
-    """The profile's targets, however written (a list in any order, a pattern, ``"all-linear"``)."""
-    wanted = set(lora_targets_in(model, profile.lora_target_modules))
-    given = adapted_kinds(targets, model)
-    if given == wanted:
-        return []
+def _kinds(names: set[str]) -> set[str]:
+    return {name.rsplit(".", 1)[-1] for name in names}
+
+
+def _layers(names: set[str]) -> list[int]:
+    return sorted({int(match[1]) for name in names if (match := re.search(r"\.(\d+)\.", name))})
+
+
+def target_kind_problems(targets: Any, given: set[str], wanted: set[str]) -> list[str]:
+    """The profile's kinds of layer (``q_proj``...) adapted, however the targets are written."""
     fewer, more = sorted(wanted - given), sorted(given - wanted)
+    if not (fewer or more):
+        return []
     parts = [f"leaves out {fewer}" if fewer else "", f"adds {more}" if more else ""]
     return [f"target_modules={shown(targets)} {' and '.join(p for p in parts if p)}: the profile adapts "
             f"{sorted(wanted)} (profile.lora_target_modules); fewer adapted layers learn less in the run's few "
             "steps, more cost memory and time the profile did not measure"]
+
+
+def adaptation_problems(config: Any, reference: Any, profile: Profile, model: Any) -> list[str]:
+    """The same linear layers adapted as the profile's config adapts, however the targets and layers are written."""
+    given, wanted = adapted_modules(config, model), adapted_modules(reference, model)
+    if given == wanted:
+        return []
+    if kinds := target_kind_problems(config.target_modules, _kinds(given), _kinds(wanted)):
+        return kinds
+    if not isinstance(config.target_modules, str) and (layers := top_layers_problems(config.layers_to_transform,
+                                                                                    profile, model)):
+        return layers
+    low, high = _layers(wanted)[0], _layers(wanted)[-1]
+    return [f"target_modules={shown(config.target_modules)} adapts {len(given)} linear layers, in decoder layers "
+            f"{shown(_layers(given))}; the profile adapts {len(wanted)}: each of {sorted(_kinds(wanted))} in layers "
+            f"{low} to {high}, where the backward pass it measured stops"]
 
 
 def layer_problems(layers: Any, model: Any) -> list[str]:
@@ -120,6 +153,25 @@ def rank_problems(config: Any, profile: Profile) -> list[str]:
     return []
 
 
+def update_scale(config: Any) -> float:
+    """What peft multiplies the adapters' output by: ``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rslora."""
+    return config.lora_alpha / (math.sqrt(config.r) if config.use_rslora else config.r)
+
+
+def scale_problems(config: Any, reference: Any) -> list[str]:
+    """``lora_alpha`` > 0, and the update's scale within ``LEARNING_RATE_FACTOR`` of the profile's."""
+    alpha = config.lora_alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0:
+        return [f"lora_alpha={alpha!r}: the update is scaled by lora_alpha / r, so it must be > 0"]
+    yours, wanted = update_scale(config), update_scale(reference)
+    low, high = wanted / LEARNING_RATE_FACTOR, wanted * LEARNING_RATE_FACTOR
+    if low <= yours <= high:
+        return []
+    written = "lora_alpha / sqrt(r)" if config.use_rslora else "lora_alpha / r"
+    return [f"lora_alpha={alpha:g} with r={config.r}: the update is scaled by {written} = {yours:g}, the profile's by "
+            f"{wanted:g} (accepted: {low:g} to {high:g}); the scale multiplies every step as the learning rate does"]
+
+
 def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]:
     """Everything a ``LoraConfig`` gets wrong for this model (None is right only where the profile has no LoRA)."""
     if not profile.use_lora:
@@ -127,19 +179,16 @@ def lora_config_problems(config: Any, profile: Profile, model: Any) -> list[str]
     kind = kind_problem(config, LoraConfig, "LoraConfig")
     if kind:
         return kind
+    reference = make_lora_config(profile, model)
     problems = rank_problems(config, profile)
-    if not config.lora_alpha or config.lora_alpha <= 0:
-        problems.append(f"lora_alpha={config.lora_alpha!r}: the update is scaled by lora_alpha / r, so it must be > 0")
-    if not 0 <= config.lora_dropout < 1:
-        problems.append(f"lora_dropout={config.lora_dropout}: a probability below 1")
+    if not problems:
+        problems += scale_problems(config, reference)
     task = str(getattr(config.task_type, "value", config.task_type))
     if config.task_type is not None and task != "CAUSAL_LM":
         problems.append(f"task_type={task!r}: a language model that generates is 'CAUSAL_LM'")
-    layers = layer_problems(config.layers_to_transform, model) or top_layers_problems(config.layers_to_transform,
-                                                                                        profile, model)
-    targets = target_problems(config.target_modules, model) or target_kind_problems(config.target_modules, profile,
-                                                                                       model)
-    return [*problems, *targets, *layers]
+    problems += field_problems(config, reference, LORA_FIELDS)
+    invalid = [*target_problems(config.target_modules, model), *layer_problems(config.layers_to_transform, model)]
+    return [*problems, *(invalid or adaptation_problems(config, reference, profile, model))]
 
 
 LORA_HINT = ("the profile's lora_* fields give the rank, alpha and target names (print(model) lists its layers); "

@@ -12,6 +12,7 @@ from trl import SFTConfig
 from course_utils.core.profiles import Profile
 from course_utils.exercises.nb04_train_grpo.judging import TRL_CONFIG, judge, kind_problem, problems_of
 from course_utils.exercises.nb04_train_grpo.machine_fit import precision_problems, rate_problem, run_folder_problems
+from course_utils.exercises.nb04_train_grpo.run_fields import SFT_FIELDS, field_problems
 from course_utils.exercises.verdicts import hand_back
 from course_utils.training.warm_start import WARM_START_MICRO_BATCH, make_sft_config, warm_start_dataset
 
@@ -64,7 +65,8 @@ def sft_config_problems(config: Any, profile: Profile, tokenizer: Any = None) ->
     if rate := rate_problem("learning_rate", config.learning_rate, profile.warm_start_learning_rate, wanted_steps):
         problems.append(f"{rate} (the warm start's rate, profile.warm_start_learning_rate)")
     return [*problems, *precision_problems(config, profile), *sft_length_problems(config, profile, tokenizer),
-            *run_folder_problems(config.output_dir, profile, inside=True)]
+            *run_folder_problems(config.output_dir, profile, inside=True),
+            *field_problems(config, make_sft_config(profile), SFT_FIELDS)]
 
 
 SFT_HINT = ("at most WARM_START_MICRO_BATCH sequences a pass, accumulation making up the profile's "
