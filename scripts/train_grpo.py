@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate import PartialState
+from trl import GRPOConfig
 
 from course_utils import cpu_speed
 from course_utils.core import transformers_internals
@@ -77,6 +78,10 @@ def profile_from_args(name: str, changes: dict[str, Any]) -> Profile:
     """The named profile with ``changes`` applied; tuples stay tuples (``lora_target_modules``, weights)."""
     profile = get_profile(name)
     fields = {f.name: f for f in dataclasses.fields(Profile)}
+    config_fields = [key for key in changes if key not in fields and key in GRPOConfig.__dataclass_fields__]
+    if config_fields:
+        raise SystemExit(f"error: --set: {config_fields} are GRPOConfig fields, not profile fields: give them with "
+                         f"--config (--config {config_fields[0]}=...).")  # fmt: skip
     for key, value in changes.items():
         if isinstance(value, list) and key in fields:
             changes[key] = tuple(value)

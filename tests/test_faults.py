@@ -308,6 +308,9 @@ def test_a_finished_run_says_so_and_keeps_its_final_model(script, tmp_path, caps
         (["num_generations=4", "per_device_train_batch_size=4"], "num_generations"),
         (["warm_start_examples=4"], "warm_start_examples"),
         (["model_id='HuggingFaceTB/SmolLM2-360M-Instruct'"], "model_id"),
+        (["per_device_train_batch_size=4"], "per_device_train_batch_size"),
+        (["max_completion_length=32"], "max_completion_length"),
+        (["train_size=64"], "train_size"),
     ],
 )
 def test_a_resume_under_other_settings_is_refused_naming_both_values(script, tmp_path, changes, field):
@@ -415,7 +418,7 @@ def test_a_killed_run_leaves_no_stuck_lock(tmp_path):
 def test_a_value_that_cannot_train_is_refused_before_the_earlier_run_is_touched(script, tmp_path, change, message):
     before = earlier_run(tmp_path / "run")
     with pytest.raises(SystemExit, match=message):
-        script.main(["--profile", "ci", "--set", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+        script.main(["--profile", "ci", "--config", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
     assert snapshot(tmp_path / "run") == before
 
 
@@ -1031,3 +1034,46 @@ def test_a_full_disk_while_saving_the_warm_start_is_named(tmp_path):
             disk_full_after(4096):  # fmt: skip
         finish_warm_start(trainer, tmp_path / "warm_start" / "model")
     assert not (tmp_path / "warm_start" / "model").exists() and not (tmp_path / "warm_start" / "model.partial").exists()
+
+
+# --- Round two: resume compares everything that shapes the run; every number's range; the right option named ------
+
+
+def test_a_resume_after_train_jsonl_changed_is_refused_naming_both_fingerprints(
+    script, tmp_path, gsm8k_dir, monkeypatch
+):
+    data = tmp_path / "gsm8k"
+    data.mkdir()
+    shutil.copy(gsm8k_dir / "test.jsonl", data / "test.jsonl")
+    rows = (gsm8k_dir / "train.jsonl").read_text().splitlines(keepends=True)
+    (data / "train.jsonl").write_text("".join(rows))
+    monkeypatch.setenv("GSM8K_DIR", str(data))
+    earlier_run(tmp_path / "run")
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(get_profile("ci")))
+    before = snapshot(tmp_path / "run")
+    (data / "train.jsonl").write_text("".join(rows[:-1]))  # one problem fewer
+    with pytest.raises(SystemExit, match=rf"train_data: the run used '{len(rows)} rows, sha256 \w+', this command "
+                                         rf"asks for '{len(rows) - 1} rows, .*--overwrite .*--output-dir"):
+        script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--resume"])
+    assert snapshot(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [("max_steps=-1", "max_steps"), ("eval_max_new_tokens=0", "eval_max_new_tokens"), ("lora_r=0", "lora_r"),
+     ("train_size=0", "train_size"), ("eval_batch_size=0", "eval_batch_size"), ("num_generations=1", "num_generations"),
+     ("max_prompt_tokens=-5", "max_prompt_tokens"), ("warm_start_epochs=1e999", "warm_start_epochs")],
+)  # fmt: skip
+def test_every_number_out_of_range_is_refused_under_the_profiles_own_name(script, tmp_path, change, field):
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=rf"error: --set: Profile: {field}=.* is out of range: it must be a finite"):
+        script.main(["--profile", "ci", "--set", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_a_profile_field_given_to_config_is_sent_to_set_not_called_a_spelling_error(script, tmp_path):
+    with pytest.raises(SystemExit, match=r"\['train_size'\]: they are profile fields.*--set train_size=") as caught:
+        script.main(["--profile", "ci", "--config", "train_size=64", "--output-dir", str(tmp_path / "run")])
+    assert "spelling" not in str(caught.value)
+    with pytest.raises(SystemExit, match=r"\['weight_decay'\] are GRPOConfig fields.*--config weight_decay="):
+        script.main(["--profile", "ci", "--set", "weight_decay=0.1", "--output-dir", str(tmp_path / "run")])

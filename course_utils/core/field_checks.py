@@ -8,6 +8,7 @@ otherwise travels until a ``KeyError`` or ``TypeError`` deep inside the code tha
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -23,6 +24,23 @@ PROFILE_CHOICES: Mapping[str, tuple[Any, ...]] = types.MappingProxyType(
         "report_to": ("none", "tensorboard", "trackio"),
     }
 )
+
+# Profile numbers and the least each may be, and whether that least is allowed itself (fields set to None aside):
+# below it a run fails deep inside a library under that library's name for it (peft's ``r``, ``max_new_tokens``),
+# or means something else there (``max_steps=-1``: transformers trains 3 whole epochs)
+PROFILE_MINIMUMS: Mapping[str, tuple[float, bool]] = types.MappingProxyType({
+    **dict.fromkeys(("lora_r", "lora_alpha", "lora_top_layers", "per_device_train_batch_size", "max_steps",
+                     "gradient_accumulation_steps", "max_completion_length", "train_size", "max_prompt_tokens",
+                     "warm_start_batch_size", "tool_max_steps",
+                     "tool_max_completion_length", "max_tool_calling_iterations", "logging_steps", "save_steps",
+                     "eval_size", "eval_batch_size", "eval_max_new_tokens", "pass_k_problems", "pass_k_samples"),
+                    (1, True)),
+    "num_generations": (2, True),  # a group of one has no spread: GRPO's advantage is 0
+    **dict.fromkeys(("warm_start_examples", "tool_warm_start_examples", "warm_start_reasoning_lines", "beta",
+                     "warmup_steps", "max_solution_steps", "tool_max_solution_steps"), (0, True)),
+    **dict.fromkeys(("learning_rate", "warm_start_learning_rate", "tool_learning_rate", "temperature",
+                     "warm_start_epochs", "max_grad_norm", "vllm_gpu_memory_utilization"), (0, False)),
+})  # fmt: skip
 
 
 class FieldValueError(ValueError):
@@ -70,14 +88,26 @@ def field_problem(
     return None
 
 
+def range_problem(name: str, value: Any) -> str | None:
+    """Why a number cannot be profile field ``name`` (not finite, or below ``PROFILE_MINIMUMS``), or None."""
+    if name not in PROFILE_MINIMUMS or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    low, allowed = PROFILE_MINIMUMS[name]
+    if math.isfinite(value) and (value > low or (allowed and value == low)):
+        return None
+    return f"{name}={value!r} is out of range: it must be a finite number {'at least' if allowed else 'above'} {low}"
+
+
 def check_dataclass_changes(cls: type, changes: Mapping[str, Any], choices: Mapping[str, tuple[Any, ...]]) -> None:
-    """Raise ``FieldValueError`` naming every change that does not fit ``cls``'s annotations or the ``choices``."""
+    """Raise ``FieldValueError`` naming every change that does not fit ``cls``'s annotations, the ``choices`` or
+    ``PROFILE_MINIMUMS``."""
     hints = typing.get_type_hints(cls)
     written = {field.name: str(field.type) for field in dataclasses.fields(cls)}
     problems = [
         problem
         for name, value in changes.items()
-        if name in hints and (problem := field_problem(name, value, hints[name], choices.get(name), written.get(name)))
+        if name in hints and (problem := field_problem(name, value, hints[name], choices.get(name), written.get(name))
+                              or range_problem(name, value))
     ]
     if problems:
         raise FieldValueError(f"{cls.__name__}: " + "; ".join(problems))

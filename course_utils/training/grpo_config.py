@@ -178,6 +178,13 @@ def make_grpo_config(
     kwargs = grpo_config_kwargs(profile, output_dir)
     known = set(GRPOConfig.__dataclass_fields__)
     unknown = sorted(set(overrides) - known)
+    profile_fields = [name for name in unknown if name in Profile.__dataclass_fields__]
+    if profile_fields:
+        raise ValueError(
+            f"GRPOConfig has no field(s) {profile_fields}: they are profile fields. Change them in the profile: "
+            f"--set {profile_fields[0]}=... for scripts/train_grpo.py, profile.override({profile_fields[0]}=...) in "
+            "a notebook."
+        )
     if unknown:
         raise ValueError(f"GRPOConfig has no field(s) {unknown}. Check the spelling; see GOLDEN_CONFIG_TABLE.")
     kwargs.update(overrides)

@@ -14,6 +14,8 @@ other settings is refused before any work (``settings_conflicts``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import re
@@ -27,6 +29,7 @@ from safetensors import SafetensorError, safe_open
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile
 from course_utils.core.speedups import env_switch
+from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -54,12 +57,17 @@ COMPLETIONS_FILE = re.compile(r"^completions_\d+\.parquet$")
 TENSORBOARD_FOLDER = re.compile(r"^[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_.+$")  # transformers' default_logdir()
 KEPT_ON_CLEAR = frozenset({WARM_START_DIRNAME, MARKER_FILENAME, LOCK_FILENAME})  # and what is not an earlier run
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
-# Profile fields a checkpoint cannot be continued under once changed: the model, the adapter's shape, the group
-# size, and the warm start the adapter was trained on
+# Profile fields that shape a run, so a checkpoint cannot be continued under others: the model, the adapter's shape,
+# the group size, batch and lengths, the problems and their rewards, the optimiser's schedule, and the warm start the
+# adapter was trained on (max_steps aside: raising it is how a finished run trains further). The training data's
+# fingerprint is recorded beside them (``train_data``).
 RESUME_SETTING_FIELDS = (
     "model_source", "model_id", "use_lora", "lora_r", "lora_alpha", "lora_target_modules", "lora_top_layers",
-    "num_generations", "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs",
-    "warm_start_batch_size", "warm_start_reasoning_lines",
+    "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
+    "mask_truncated_completions", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
+    "max_grad_norm", "train_size", "max_prompt_tokens", "max_solution_steps", "problem_list", "reward_weights",
+    "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs", "warm_start_batch_size",
+    "warm_start_reasoning_lines",
 )  # fmt: skip
 
 
@@ -413,8 +421,23 @@ def missing_optimizer_note(checkpoint: Path) -> str | None:
 
 
 def run_settings(profile: Profile) -> dict[str, Any]:
-    """The profile's settings that a checkpoint depends on, as JSON writes them (tuples as lists)."""
-    return json.loads(json.dumps({name: getattr(profile, name) for name in RESUME_SETTING_FIELDS}))
+    """The profile's settings that a checkpoint depends on, and the training data's fingerprint, as JSON writes them."""
+    settings = {name: getattr(profile, name) for name in RESUME_SETTING_FIELDS}
+    folder = os.environ.get(GSM8K_DIR_ENV_VAR, "")
+    train = Path(folder, "train.jsonl")
+    stamp = (train.stat().st_mtime_ns, train.stat().st_size) if folder and train.is_file() else ()
+    settings["train_data"] = train_data_fingerprint(folder, stamp)
+    return json.loads(json.dumps(settings))
+
+
+@functools.lru_cache(maxsize=4)
+def train_data_fingerprint(gsm8k_dir: str, stamp: tuple[int, ...]) -> str:
+    """The train split's row count and a hash of its rows: a changed ``train.jsonl`` is another run's data.
+
+    Remembered per ``GSM8K_DIR`` and its file's time and size (``stamp``): the rows are read once a process."""
+    train = load_gsm8k("train", verbose=False)
+    digest = hashlib.sha256(json.dumps([list(train["question"]), list(train["answer"])]).encode()).hexdigest()[:16]
+    return f"{len(train)} rows, sha256 {digest}"
 
 
 def recorded_settings(run_dir: Path) -> dict[str, Any] | None:
