@@ -240,3 +240,13 @@ def test_grpo_trains_a_step_with_the_calculator_as_a_tool(tiny_qwen, tmp_path):
     logged = trainer.state.log_history[0]
     assert trainer.state.global_step == 1
     assert 0.0 <= logged["tools/call_frequency"] <= 1.0 and 0.0 <= logged["tools/failure_frequency"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("expression", "result"),
+    [("100000000000000.01-100000000000000", "0.01"), ("123456789012345.123456 - 123456789012345", "0.123456"),
+     ("0.1+0.2", "0.3"), ("-1/3", "-0.333333"), ("1_000*2", "2000"), ("1e3/8", "125")],
+)  # fmt: skip
+def test_the_calculator_is_exact_on_long_decimals(expression, result):
+    """Numbers are read from their text, not from the float Python parses them to (which rounds long decimals)."""
+    assert calculator(expression) == result

@@ -65,11 +65,12 @@ def calculator(expression: str) -> str:
         raise CalculatorError(f"expression must be text such as '48/2', got {type(expression).__name__}")
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression too long ({len(expression)} characters, at most {MAX_EXPRESSION_CHARS})")
+    source = expression.strip()
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
         raise CalculatorError(f"not arithmetic: {expression!r} ({exc.msg})") from None
-    return format_result(_value(tree.body))
+    return format_result(_value(tree.body, source))
 
 
 UNAVAILABLE_MESSAGE = "the calculator is unavailable: work this step out yourself"
@@ -91,7 +92,9 @@ def format_result(value: Fraction) -> str:
     """A whole number without decimals ("24"), else at most ``RESULT_DECIMALS`` decimals without trailing zeros."""
     if value.denominator == 1:
         return str(value.numerator)
-    text = f"{float(value):.{RESULT_DECIMALS}f}".rstrip("0").rstrip(".")
+    rounded = round(value, RESULT_DECIMALS)  # exact: a float would cut a long number's decimals
+    whole, part = divmod(abs(rounded.numerator) * 10**RESULT_DECIMALS // rounded.denominator, 10**RESULT_DECIMALS)
+    text = f"{'-' * (rounded < 0)}{whole}.{part:0{RESULT_DECIMALS}d}".rstrip("0").rstrip(".")
     return "0" if text == "-0" else text
 
 
@@ -101,18 +104,22 @@ def _checked(value: Fraction) -> Fraction:
     return value
 
 
-def _value(node: ast.AST) -> Fraction:
-    """The exact value of one node of the parsed expression, or ``CalculatorError`` naming what is not allowed."""
+def _value(node: ast.AST, source: str) -> Fraction:
+    """The exact value of one node of the parsed ``source``, or ``CalculatorError`` naming what is not allowed.
+
+    A number is read from its text in ``source`` (``Fraction("0.01")``), not from the float Python parsed it to,
+    which has already rounded a long decimal (``100000000000000.01`` is ``...0.015625`` as a float).
+    """
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         if isinstance(node.value, float) and not math.isfinite(node.value):
             raise CalculatorError("numbers must be finite")
-        return _checked(Fraction(str(node.value)))
+        return _checked(Fraction(ast.get_source_segment(source, node).replace("_", "")))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_value(node.operand))
+        return _UNARY[type(node.op)](_value(node.operand, source))
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        return _power(_value(node.left), _value(node.right))
+        return _power(_value(node.left, source), _value(node.right, source))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _value(node.left), _value(node.right)
+        left, right = _value(node.left, source), _value(node.right, source)
         if isinstance(node.op, ast.Div) and right == 0:
             raise CalculatorError("division by zero")
         return _checked(_BINARY[type(node.op)](left, right))
