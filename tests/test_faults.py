@@ -30,6 +30,7 @@ from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.rewards.weights import grpo_reward_weights, load_weights, resolve_weights
 from course_utils.training import preflight, run_folder
 from course_utils.training import warm_start as warm
+from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.lab import trained_label
 from course_utils.training.run_callbacks import StopOnInterrupt
 from course_utils.training.run_logs import load_log_history, save_run_artifacts
@@ -1077,3 +1078,25 @@ def test_a_profile_field_given_to_config_is_sent_to_set_not_called_a_spelling_er
     assert "spelling" not in str(caught.value)
     with pytest.raises(SystemExit, match=r"\['weight_decay'\] are GRPOConfig fields.*--config weight_decay="):
         script.main(["--profile", "ci", "--set", "weight_decay=0.1", "--output-dir", str(tmp_path / "run")])
+
+
+def test_a_reward_that_returns_inf_stops_the_run_by_name_and_nan_is_left_to_trl(offline_model_and_tokenizer):
+    """TRL leaves NaN (and None) out of its nansum; an inf would make its group's advantages NaN or 0, unsaid."""
+    import datasets
+
+    from course_utils.training.run import build_trainer
+
+    def inf_reward(completions, **kwargs):
+        return [math.inf if i == 1 else 1.0 for i, _ in enumerate(completions)]
+
+    def nan_reward(completions, **kwargs):
+        return [math.nan for _ in completions]
+
+    model, tokenizer = offline_model_and_tokenizer
+    rows = datasets.Dataset.from_list([{"prompt": "2+2?", "answer": "4"}] * 2)
+    trainer = build_trainer(model, tokenizer, "ci", rows, reward_funcs=[inf_reward, nan_reward],
+                            config=make_grpo_config("ci", reward_weights=None, max_steps=1))  # fmt: skip
+    assert trainer.reward_func_names == ["inf_reward", "nan_reward"]
+    with pytest.raises(ValueError, match=r"'inf_reward' returned inf for completion 2 of 2: a reward must be a finite"):
+        trainer.reward_funcs[0](completions=["a", "b"])
+    assert all(math.isnan(value) for value in trainer.reward_funcs[1](completions=["a", "b"]))

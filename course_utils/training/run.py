@@ -16,6 +16,9 @@ everything for scripts.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,7 +98,7 @@ def build_trainer(
         )
     return GRPOTrainer(
         model=model,
-        reward_funcs=funcs,
+        reward_funcs=[finite_rewards(func) for func in funcs],
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,
@@ -103,6 +106,30 @@ def build_trainer(
         callbacks=list(callbacks),
         tools=list(tools) or None,
     )
+
+
+def finite_rewards(func: Any) -> Any:
+    """``func`` refusing an infinite reward by name; a plain function only (a reward model or an async one as given).
+
+    Why: TRL sums the rewards with ``nansum`` (None and NaN mean "does not apply" and are left out), but an ``inf``
+    makes the group's mean and std infinite: its advantages become NaN or 0 and the group teaches nothing, silently.
+    """
+    if not inspect.isfunction(func) or inspect.iscoroutinefunction(func):
+        return func
+
+    @functools.wraps(func)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        rewards = func(*args, **kwargs)
+        for index, value in enumerate(rewards):
+            if isinstance(value, int | float) and math.isinf(value):
+                raise ValueError(
+                    f"reward function {func.__name__!r} returned {value} for completion {index + 1} of "
+                    f"{len(rewards)}: a reward must be a finite number, or None where it does not apply (TRL then "
+                    "leaves it out of the sum, as it does NaN). Fix the function, then rerun."
+                )
+        return rewards
+
+    return checked
 
 
 def clear_run_dir(run_dir: str | Path) -> Path:
