@@ -255,18 +255,29 @@ def keep_what_was_done(trainer: Any, run_dir: Path, is_main: bool, resumed_from:
     if step <= (run_folder.checkpoint_step(resumed_from) if resumed_from else 0):
         print(f"no new step finished: {run_dir} is as it was")
         return
+    saving = ""
     if is_main and not (run_dir / f"checkpoint-{step}").is_dir():
-        transformers_internals.save_checkpoint(trainer)
+        try:
+            transformers_internals.save_checkpoint(trainer)
+        except Exception as exc:  # a full disk (OSError, SafetensorError) or what stopped the run stops this too
+            saving = f", its checkpoint could not be saved ({type(exc).__name__}: {exc})"
     if is_main:
         save_run_artifacts(trainer.state.log_history, run_dir)
     last, _ = run_folder.newest_complete_checkpoint(run_dir)
-    where = f"checkpoint {last}" if last else "no checkpoint (no step had finished)"
+    where = f"checkpoint {last}" if last else f"no complete checkpoint (step {step} finished{saving})"
     print(f"stopped at step {step} of {trainer.state.max_steps}: {where}; log history in {run_dir / 'log_history.csv'}")
-    if last:
-        print("continue with the same command and --resume")
+    print(way_forward(run_dir))
 
 
-def explain_failure(exc: BaseException, step: int, resumed_from: Path | None) -> None:
+def way_forward(run_dir: Path) -> str:
+    """What continues a stopped run: ``--resume`` from a complete checkpoint, else a fresh start (costing the log)."""
+    if run_folder.newest_complete_checkpoint(run_dir)[0] is not None:
+        return "continue with the same command and --resume"
+    return (f"no complete checkpoint to resume from: start again with the same command and --overwrite (it deletes "
+            f"this run's files; copy {run_dir / 'log_history.csv'} first to keep its log)")  # fmt: skip
+
+
+def explain_failure(exc: BaseException, step: int, resumed_from: Path | None, run_dir: Path) -> None:
     """Name a failure's cause and a way forward that works (a failed resume does not lead back into itself)."""
     cause = f"{type(exc).__name__}: {exc}"
     if resumed_from is not None and step <= run_folder.checkpoint_step(resumed_from):
@@ -274,7 +285,7 @@ def explain_failure(exc: BaseException, step: int, resumed_from: Path | None) ->
               "loaded, move it out of the run folder and --resume from the one before, or pass --overwrite to start "
               "again.")  # fmt: skip
     else:
-        print(f"the run failed at step {step} ({cause}): fix the cause, then run the same command with --resume")
+        print(f"the run failed at step {step} ({cause}): fix the cause; then {way_forward(run_dir)}")
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -342,7 +353,7 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         if isinstance(exc, KeyboardInterrupt):
             raise SystemExit(130) from None
         traceback.print_exc()
-        explain_failure(exc, trainer.state.global_step, checkpoint)
+        explain_failure(exc, trainer.state.global_step, checkpoint, run_dir)
         raise SystemExit(1) from None
     if interrupt is not None and interrupt.requested:
         keep_what_was_done(trainer, run_dir, state.is_main_process, checkpoint)

@@ -371,7 +371,7 @@ def test_a_failure_before_any_step_leaves_the_log_and_says_a_way_forward(script,
     trainer = SimpleNamespace(state=SimpleNamespace(global_step=0, max_steps=0, log_history=[]), model=object())
     resumed = tmp_path / "run" / "checkpoint-2"
     script.keep_what_was_done(trainer, tmp_path / "run", is_main=True, resumed_from=resumed)
-    script.explain_failure(RuntimeError("bad optimizer.pt"), 0, resumed)
+    script.explain_failure(RuntimeError("bad optimizer.pt"), 0, resumed, tmp_path / "run")
     assert (tmp_path / "run" / "log_history.csv").read_bytes() == before
     out = capsys.readouterr().out
     assert "RuntimeError: bad optimizer.pt" in out and "move it out of the run folder" in out
@@ -1100,3 +1100,20 @@ def test_a_reward_that_returns_inf_stops_the_run_by_name_and_nan_is_left_to_trl(
     with pytest.raises(ValueError, match=r"'inf_reward' returned inf for completion 2 of 2: a reward must be a finite"):
         trainer.reward_funcs[0](completions=["a", "b"])
     assert all(math.isnan(value) for value in trainer.reward_funcs[1](completions=["a", "b"]))
+
+
+def test_a_step_finished_without_a_checkpoint_is_said_and_the_way_forward_is_not_a_refused_resume(script, tmp_path,
+                                                                                                   capsys):
+    """Step 1 finished, but its checkpoint could not be saved (the disk filled): no --resume advice that is refused."""
+
+    def full_disk(model, trial):
+        raise OSError(28, "No space left on device")
+
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=1, max_steps=2, log_history=[{"step": 1, "loss": 0.1}]),
+                              model=object(), _save_checkpoint=full_disk)  # fmt: skip
+    script.keep_what_was_done(trainer, tmp_path, is_main=True)
+    script.explain_failure(RuntimeError("step 2 failed"), 1, None, tmp_path)
+    out = capsys.readouterr().out
+    assert "no complete checkpoint (step 1 finished, its checkpoint could not be saved (OSError" in out
+    assert "no step had finished" not in out and "--resume" not in out and "--overwrite" in out
+    assert (tmp_path / "log_history.csv").is_file()
