@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import os
 import shutil
@@ -152,6 +153,25 @@ def quick_four_bit(workdir: Path) -> dict[str, Any]:
     }
 
 
+REHEARSAL_PACKAGES_FIX = ("`make rehearse-packages` installs the pinned bitsandbytes into build/rehearse-packages (not "
+                          "into .venv, where every CPU import of peft would load it); `make rehearse` then finds it, "
+                          "or pass REHEARSAL_PACKAGES=$PWD/build/rehearse-packages to scripts/rehearse.py")  # fmt: skip
+
+
+def check_bitsandbytes() -> None:
+    """bitsandbytes, which the 4-bit ``colab-t4`` load needs, importable: else an exit saying what to install, where."""
+    packages = os.environ.get(PACKAGES_ENV_VAR) or "(REHEARSAL_PACKAGES not set)"
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise SystemExit(f"error: the colab-t4 rehearsal loads its model in 4-bit through bitsandbytes, which is not "
+                         f"in {packages}. Fix: {REHEARSAL_PACKAGES_FIX}.")  # fmt: skip
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception as exc:  # a broken install fails with whatever its own import raises
+        where = Path(importlib.util.find_spec("bitsandbytes").origin or packages).parent.parent
+        raise SystemExit(f"error: bitsandbytes in {where} cannot be imported ({type(exc).__name__}: {exc}). Fix: "
+                         f"rm -rf build/rehearse-packages, then {REHEARSAL_PACKAGES_FIX}.") from None
+
+
 def rehearse_profile(profile_name: str, workdir: Path, build: Path) -> dict[str, Any]:
     """One profile: the tiny Qwen written, notebooks 04, 05 and 08 executed, the run resumed; its figures."""
     from course_utils.lesson.tiny_qwen import save_tiny_qwen
@@ -182,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     packages = os.environ.get(PACKAGES_ENV_VAR)
     if packages:
         sys.path.insert(0, packages)
+    if args.quick or "colab-t4" in args.profiles:
+        check_bitsandbytes()
     if args.quick:
         with tempfile.TemporaryDirectory() as folder:
             figures = quick_four_bit(Path(folder))
@@ -195,11 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         try:
             figures = rehearse_profile(profile_name, workdir, args.build)
-        except Exception as exc:  # one line per failed profile, the traceback above it; the other profile still runs
+        except Exception as exc:  # the traceback above, then one line; the next profile would only cost minutes
             traceback.print_exc()
             failed.append(profile_name)
-            print(f"rehearsal_{profile_name}: failed ({exc.__class__.__name__}: {str(exc)[-500:]})")
-            continue
+            print(f"rehearsal_{profile_name}: failed ({exc.__class__.__name__}: {' '.join(str(exc).split())[-500:]})")
+            print(f"rehearsal: stopped at the first failed profile ({profile_name}); fix it, then run again")
+            break
         print(f"rehearsal_{profile_name}: passed")
         for name, value in figures.items():
             print(f"rehearsal_{profile_name}_{name}: {value}")

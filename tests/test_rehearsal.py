@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,38 @@ def test_make_rehearse_passes_both_profiles_with_4bit_layers():
         assert int(lines[f"rehearsal_{name}_trainable_parameters"]) > 0
     evaluated = (REPO / "build" / "rehearsal" / "colab-t4" / "05_evaluate.ipynb").read_text()
     assert "Merge lora module to 4-bit" not in evaluated  # the 4-bit run is evaluated as it trained
+
+
+@pytest.mark.parametrize(
+    ("package", "message"),
+    [(None, r"bitsandbytes, which is not in .*make rehearse-packages` installs the pinned bitsandbytes into "
+            r"build/rehearse-packages \(not into .venv"),
+     ("raise ImportError('libbitsandbytes_cpu.so: cannot open shared object file')",
+      r"bitsandbytes in .* cannot be imported \(ImportError: libbitsandbytes_cpu.so.*rm -rf build/rehearse-packages")],
+)  # fmt: skip
+def test_the_rehearsal_without_a_working_bitsandbytes_says_what_to_install_and_where(tmp_path, package, message):
+    if package is not None:
+        (tmp_path / "bitsandbytes").mkdir()
+        (tmp_path / "bitsandbytes" / "__init__.py").write_text(package)
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "rehearse.py"), "--quick"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "REHEARSAL_PACKAGES": str(tmp_path)})  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert re.search(message, done.stderr), done.stderr[-2000:]
+    assert "pip install -U bitsandbytes" not in done.stderr
+
+
+def test_make_rehearse_stops_at_the_first_failed_profile_with_one_summary_line(load_script, monkeypatch, tmp_path,
+                                                                               capsys):
+    script = load_script("rehearse")
+    tried = []
+
+    def fails(profile_name, workdir, build):
+        tried.append(profile_name)
+        raise RuntimeError("notebook 04 failed:\nline two\nline three")
+
+    monkeypatch.setattr(script, "rehearse_profile", fails)
+    assert script.main(["--profiles", "gpu", "gpu", "--build", str(tmp_path)]) == 1
+    assert tried == ["gpu"]
+    out = capsys.readouterr().out
+    assert "rehearsal_gpu: failed (RuntimeError: notebook 04 failed: line two line three)\n" in out
+    assert "stopped at the first failed profile (gpu)" in out
