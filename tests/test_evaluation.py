@@ -4,6 +4,7 @@ real generation, checkpoint curves."""
 from __future__ import annotations
 
 import math
+import shutil
 from statistics import NormalDist
 
 import pytest
@@ -503,9 +504,10 @@ def test_checkpoint_curve_and_warm_start_model(model_and_tokenizer, problems, tm
 
 
 def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
-    model_and_tokenizer, problems, tmp_path, monkeypatch
+    model_and_tokenizer, problems, tmp_path, monkeypatch, capsys
 ):
-    """Checkpoint 1 moves the weights, checkpoint 2 is a no-op adapter: step 2 is evaluated on step 0's weights."""
+    """Checkpoint 1 moves the weights, checkpoint 2 is a no-op adapter: step 2 is evaluated on step 0's weights;
+    checkpoint 3, its adapter cut short, is named and left out (not a traceback in notebook 05)."""
     model, _ = model_and_tokenizer
     model.save_pretrained(warm_start_model_dir(tmp_path))
     for step, scale in ((1, 0.5), (2, 0.0)):
@@ -523,7 +525,11 @@ def test_each_checkpoint_is_merged_into_the_untouched_starting_model(
         return evaluate(model, *args, **kwargs)
 
     monkeypatch.setattr(curves, "evaluate_model", recording)
+    torn = tmp_path / "checkpoint-3"  # a kill or a full disk while checkpoint 3's adapter was saved
+    shutil.copytree(tmp_path / "checkpoint-2", torn)
+    (torn / "adapter_model.safetensors").write_bytes((torn / "adapter_model.safetensors").read_bytes()[:-100])
     curve = checkpoint_curve("ci", tmp_path, problems.select(range(1)), batch_size=1, max_new_tokens=2)
+    assert f"{torn} is left out of the curve: adapter_model.safetensors: it has" in capsys.readouterr().out
     assert [point["step"] for point in curve] == [0, 1, 2]
     assert not torch.equal(evaluated[1], evaluated[0]), "checkpoint 1's adapter was not merged"
     assert torch.equal(evaluated[2], evaluated[0]), "checkpoint 2 was merged into weights checkpoint 1 had changed"

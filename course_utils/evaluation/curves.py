@@ -18,6 +18,7 @@ from course_utils.core.profiles import get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.evaluation.heldout import evaluate_model, merged_unless_quantized
 from course_utils.lesson.models import load_model_and_tokenizer, load_tokenizer, profile_dtype, saved_model_kind
+from course_utils.lesson.offline_model import safetensors_problem
 from course_utils.training.run_folder import CURVE_FILENAME
 from course_utils.training.trained_model import warm_start_model_dir
 from course_utils.training.warm_start import load_saved_warm_start
@@ -58,12 +59,23 @@ def checkpoint_curve(
     settings = {"batch_size": batch_size, "max_new_tokens": max_new_tokens, "progress": False, "speedups": speedups}
     curve = [_curve_point(0, evaluate_model(base_model, tokenizer, problems, **settings))]
     adapters = [(step, path) for step, path in checkpoint_steps(run_dir) if saved_model_kind(path) == "lora-adapter"]
+    adapters = [(step, path) for step, path in adapters if not _torn(path)]
     for index, (step, folder) in enumerate(adapters):
         if index:  # the previous adapter was merged into these weights: start again from the saved ones
             base_model, _ = _starting_model(p, base_dir)
         model = merged_unless_quantized(PeftModel.from_pretrained(base_model, folder))
         curve.append(_curve_point(step, evaluate_model(model, tokenizer, problems, **settings)))
     return curve
+
+
+def _torn(checkpoint: Path) -> bool:
+    """Whether a checkpoint's adapter was cut short by a kill or a full disk; said, and left out of the curve."""
+    weights = checkpoint / "adapter_model.safetensors"
+    problem = safetensors_problem(weights) and f"{weights.name}: {safetensors_problem(weights)}"
+    if problem:
+        print(f"{checkpoint} is left out of the curve: {problem} (torn by a kill or a full disk; move it aside or "
+              "delete it)")  # fmt: skip
+    return problem is not None
 
 
 def _starting_model(profile: Any, base_dir: Path) -> tuple[Any, Any]:
