@@ -605,3 +605,15 @@ def test_the_reward_swing_shrinks_like_one_over_the_root_of_the_completions_per_
     assert reward_swing(pool, 16, seed=3) == reward_swing(pool, 16, seed=3)  # seeded: the notebook's figure is fixed
     with pytest.raises(ValueError, match="empty"):
         reward_swing([], 4)
+
+
+def test_a_bad_evaluation_row_is_named_from_1_with_its_source():
+    from datasets import Dataset
+
+    from course_utils.evaluation.heldout import rows_to_evaluate
+
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "Q"}], "answer": "4"},
+                              {"prompt": [{"role": "user", "content": "Q"}], "answer": " "}])  # fmt: skip
+    rows.info.description = "GSM8K test from /data/gsm8k/test.jsonl"
+    with pytest.raises(ValueError, match=r"row 2 of GSM8K test from /data/gsm8k/test.jsonl has no gold 'answer'"):
+        rows_to_evaluate(rows)

@@ -133,8 +133,8 @@ def test_raw_rows_count_as_formatted_rows_do():
 @pytest.mark.parametrize(
     "rows, error, message",
     [("a string", TypeError, "sequence of GSM8K rows"), ({"answer": "#### 1"}, TypeError, "sequence of GSM8K rows"),
-     ([], ValueError, "empty"), ([["not", "a", "row"]], TypeError, "row 0 is a list"),
-     ([{"question": "Q"}], ValueError, "row 0 has neither"), (7, TypeError, "sequence of GSM8K rows")],
+     ([], ValueError, "empty"), ([["not", "a", "row"]], TypeError, "row 1 is a list"),
+     ([{"question": "Q"}], ValueError, "row 1 has neither"), (7, TypeError, "sequence of GSM8K rows")],
 )  # fmt: skip
 def test_trace_coverage_refuses_what_is_not_gsm8k_rows(rows, error, message):
     with pytest.raises(error, match=message):

@@ -26,19 +26,24 @@ from course_utils.training.trained_model import load_trained_model
 
 
 def rows_to_evaluate(dataset: Any) -> list[dict[str, Any]]:
-    """The evaluation rows as dicts, checked: each needs a chat ``prompt`` and a gold ``answer``."""
+    """The evaluation rows as dicts, checked: each needs a chat ``prompt`` and a gold ``answer``.
+
+    A bad row is named as a person counts (row 1 is the first) and with the data's source, where the dataset has one.
+    """
     rows = [dict(row) for row in dataset]
+    source = getattr(getattr(dataset, "info", None), "description", None)
+    where = f" of {source}" if source else ""
     if not rows:
-        raise ValueError("The evaluation dataset is empty: pass at least one problem")
-    for i, row in enumerate(rows):
+        raise ValueError(f"The evaluation dataset{where} is empty: pass at least one problem")
+    for number, row in enumerate(rows, start=1):
         prompt, answer = row.get("prompt"), row.get("answer")
         if not isinstance(prompt, list) or not prompt or not all(isinstance(m, Mapping) for m in prompt):
             raise ValueError(
-                f"row {i} has no chat 'prompt' (a list of messages); use load_gsm8k(..., formatted=True) or "
-                "format_gsm8k(dataset) to build one"
+                f"row {number}{where} has no chat 'prompt' (a list of messages); use load_gsm8k(..., formatted=True) "
+                "or format_gsm8k(dataset) to build one"
             )
         if answer is None or not str(answer).strip():
-            raise ValueError(f"row {i} has no gold 'answer'; every evaluated problem needs one")
+            raise ValueError(f"row {number}{where} has no gold 'answer'; every evaluated problem needs one")
     return rows
 
 

@@ -235,7 +235,7 @@ def _solution_and_answer(row: Any, index: int) -> tuple[str, str]:
     """A row's worked solution and final answer: formatted rows (``reasoning``, ``answer``) or raw GSM8K rows
     (``answer`` holding the solution, ``####`` and the number)."""
     if not isinstance(row, Mapping):
-        raise TypeError(f"row {index} is a {type(row).__name__}, not a GSM8K row (a mapping with 'answer')")
+        raise TypeError(f"row {index + 1} is a {type(row).__name__}, not a GSM8K row (a mapping with 'answer')")
     reasoning, answer = row.get("reasoning"), row.get("answer")
     if isinstance(reasoning, str) and isinstance(answer, str):
         return reasoning, answer.strip()
@@ -243,7 +243,7 @@ def _solution_and_answer(row: Any, index: int) -> tuple[str, str]:
         solution, final = answer.split("####", 1)
         return solution, final.strip().replace(",", "")
     raise ValueError(
-        f"row {index} has neither 'reasoning' and 'answer' (load_gsm8k(..., formatted=True)) nor a raw 'answer' "
+        f"row {index + 1} has neither 'reasoning' and 'answer' (load_gsm8k(..., formatted=True)) nor a raw 'answer' "
         "with '####' (load_gsm8k(...)): pass GSM8K rows"
     )
 
