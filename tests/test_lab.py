@@ -41,7 +41,8 @@ def test_a_short_run_on_disk_is_reused_without_training(outputs, capsys) -> None
     (folder / "adapter_config.json").write_text("{}")
     assert trained_model_or_short_run("cpu") == (folder, True)
     said = capsys.readouterr().out
-    assert "run notebook 04 first" in said and "Fallback: the stand-in short run already on disk" in said
+    assert "Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE=cpu first" in said
+    assert "Fallback: the stand-in short run already on disk" in said
 
 
 def test_a_bad_setting_leaves_the_previous_run_on_disk(outputs, monkeypatch) -> None:
@@ -81,3 +82,17 @@ def test_config_overrides_reach_the_grpo_config_and_a_wrong_name_stops_before_lo
     with pytest.raises(RuntimeError, match="captured"):
         lab.run_training(profile, seed=7)
     assert configs[0].seed == 7 and configs[0].num_generations == profile.num_generations
+
+
+def test_a_torn_final_model_is_named_with_its_rebuild_not_run_notebook_04(outputs, capsys) -> None:
+    final = trained_model_dir("cpu")
+    partial = final.with_name("final.partial")  # a kill or a full disk while notebook 04 saved final/
+    partial.mkdir(parents=True)
+    (partial / "adapter_config.json").write_text("{}")
+    short = trained_model_dir(short_run_profile("cpu"))
+    short.mkdir(parents=True)
+    (short / "adapter_config.json").write_text("{}")
+    trained_model_or_short_run("cpu")
+    said = capsys.readouterr().out
+    assert "final is missing or incomplete (only final.partial on disk" in said
+    assert "train_grpo.py --profile cpu --output-dir" in said and "--resume" in said
