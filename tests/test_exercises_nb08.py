@@ -412,9 +412,11 @@ def test_08_3_the_scenarios_are_what_their_names_say(gsm8k_train):
     index, solution, gold = tool_reward_check.tool_rows(gsm8k_train)[0]
     assert index == 0
     scenarios = tool_reward_check.tool_scenarios(solution, gold)
-    assert [_calls(c) for c in scenarios.values()] == [2, 0, 1, 1, 3, 11, 2, 0]  # row 0 has two notes
+    assert [_calls(c) for c in scenarios.values()] == [2, 0, 1, 1, 3, 11, 2, 0, 1]  # row 0 has two notes
     right = [_right(c, gold) for c in scenarios.values()]
-    assert right == [True] * 6 + [False] * 2
+    assert right == [True] * 6 + [False] * 2 + [True]
+    late = scenarios[tool_reward_check.LATE_CALL]
+    assert late[2]["content"] in late[0]["content"] and late[2]["content"] not in late[3]["content"]
     assert tool_reward_check.IDLE_RESULT not in completion_text(scenarios["an idle call, right answer"][2:])
 
 
@@ -537,3 +539,102 @@ def test_08_5_the_failure_column(capsys):
     for wrong in ["tools/call_frequency", "failure_frequency", 0.0]:
         assert not nb08.check_08_failure_column(wrong)
     assert nb08.check_08_failure_column("`tools/failure_frequency`")
+
+
+# --- Round two: limits on every intermediate result, any error a refusal, numpy rewards, late calls -----------
+
+_OPERATIONS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+               ast.Pow: operator.pow}
+
+
+def _exact(node, check_each):
+    """Arithmetic on Fractions; ``check_each``: the magnitude limit on every intermediate result, not the last."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _exact(node.operand, check_each)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
+        left, right = _exact(node.left, check_each), _exact(node.right, check_each)
+        if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > 64):
+            raise ValueError("exponent")
+        value = _OPERATIONS[type(node.op)](left, right)  # 1/0 raises ZeroDivisionError
+        if check_each and abs(value) > 10**15:
+            raise ValueError("too large")
+        return value
+    raise ValueError(f"not allowed: {type(node).__name__}")
+
+
+def limit_on_the_result_only(expression: str) -> str:
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The arithmetic to compute.
+    """
+    if not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError("not an expression")
+    try:
+        value = _exact(ast.parse(expression.strip(), mode="eval").body, check_each=False)
+    except SyntaxError as error:
+        raise ValueError("not arithmetic") from error
+    if abs(value) > 10**15:
+        raise ValueError("too large")
+    return format_result(value)
+
+
+def zero_division_left_to_python(expression: str) -> str:
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The arithmetic to compute.
+    """
+    if not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS:
+        raise ValueError("not an expression")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as error:
+        raise ValueError("not arithmetic") from error
+    if isinstance(tree.body, ast.Tuple):
+        raise ValueError("no thousands commas")
+    return format_result(_exact(tree.body, check_each=True))
+
+
+def test_08_2_a_limit_checked_on_the_last_result_only_fails(capsys):
+    """``((((9**64)**64)**64)**64)**64``: each exponent is allowed, the intermediates are not."""
+    assert nb08.check_08_calculator(limit_on_the_result_only) is calculator
+    out = verdict(capsys)
+    assert "❌ 08.2" in out and "an intermediate result too large" in out, out
+
+
+def test_08_2_division_by_zero_left_to_zerodivisionerror_passes(capsys):
+    """TRL catches any error a tool raises and hands its message to the model: any error is a refusal."""
+    assert nb08.check_08_calculator(zero_division_left_to_python) is zero_division_left_to_python, verdict(capsys)
+
+
+def used_anywhere(completions, answer, **kwargs):
+    """Pays when a tool result appears in any assistant turn, before the call too."""
+    rewards = []
+    for completion, gold in zip(completions, answer, strict=True):
+        messages = [m for m in completion if isinstance(m, dict)] if isinstance(completion, list) else []
+        said = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "assistant")
+        results = [str(m.get("content")).strip() for m in messages if m.get("role") == "tool"]
+        right = answers_match(extract_xml_answer(completion_text(completion)), gold)
+        used = [r for r in results if r and not r.startswith("{") and r in said.replace(",", "")]
+        rewards.append(0.5 * len(used) / len(results) if right and results else 0.0)
+    return rewards
+
+
+def test_08_3_a_result_counted_as_used_before_its_call_fails(gsm8k_train, capsys):
+    assert nb08.check_08_tool_reward(used_anywhere, gsm8k_train) is tool_use_reward
+    out = verdict(capsys)
+    assert "an assistant turn after the call writes it" in out, out
+
+
+def test_08_3_a_numpy_array_of_rewards_passes(gsm8k_train, capsys):
+    """TRL takes a 1-D array as it takes a list (check 03.8 too)."""
+    import numpy as np
+
+    def as_array(completions, answer, **kwargs):
+        return np.array(tool_use_reward(completions, answer=answer, **kwargs))
+
+    assert nb08.check_08_tool_reward(as_array, gsm8k_train) is not tool_use_reward, verdict(capsys)

@@ -62,6 +62,8 @@ CALCULATOR_CASES: tuple[tuple[str, Any], ...] = (
     ("logical not", "not 1"),
     ("a thousands comma", "1,000 + 1"),
     ("a huge power tower", "9**9**9"),
+    ("powers of powers, each exponent allowed", "((((9**64)**64)**64)**64)**64"),
+    ("an intermediate result too large", "10**15 * 10**15 / 10**15"),
     ("a power of ten too large", "10**100"),
     ("an exponent beyond the limit", f"0.5**{MAX_EXPONENT + 1}"),
     ("a power too large", "2**200"),
@@ -111,7 +113,8 @@ def schema_problem(learner: Callable[..., Any]) -> str | None:
 
 
 # Cases whose naive evaluation can run for minutes: left out where no child process can be forked (Windows)
-MAY_HANG = {"a huge power tower", "a power of ten too large", "over-long input of additions"}
+MAY_HANG = {"a huge power tower", "a power of ten too large", "over-long input of additions",
+            "powers of powers, each exponent allowed"}
 
 
 def calculator_outcomes(learner: Callable[..., Any], cases: list[Case]) -> Callable[..., Any]:
@@ -124,7 +127,8 @@ def check_08_calculator(learner: Any) -> Any:
     """08.2: the learner's ``calculator(expression)``; hands back theirs or ``tool_use.calculator``.
 
     It must give the reference's numbers on arithmetic and refuse, by raising an error, everything the reference
-    refuses; the model reads that error as the tool's answer.
+    refuses; the model reads that error as the tool's answer. Any error is a refusal (TRL catches every one and
+    hands its message to the model); running out of time or memory is not.
     """
     if not_a_function(CALCULATOR, learner, CALCULATOR_HINT):
         return hand_back(CALCULATOR, False, learner, calculator, "tool_use.calculator")
@@ -144,5 +148,5 @@ def check_08_calculator(learner: Any) -> Any:
             cases = [case for case in cases if case.label not in MAY_HANG]
             run = learner
     passed = check_against_reference(CALCULATOR, run, calculator, cases, hint=CALCULATOR_HINT, same=same_result,
-                                     needs=calculator_needs)
+                                     needs=calculator_needs, errors="any")
     return hand_back(CALCULATOR, passed, learner, calculator, "tool_use.calculator")

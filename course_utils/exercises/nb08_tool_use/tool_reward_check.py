@@ -3,10 +3,13 @@ not used, calls when the answer is wrong, failed calls, repeated calls) and on p
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from course_utils.exercises.comparison import not_a_function
 from course_utils.exercises.nb03_reward_functions.trl_calls import awaited, synchronous, trl_reward_kwargs
@@ -48,6 +51,9 @@ def _wrong(text: str, gold: str) -> str:
     return text.replace(f"<answer>\n{gold}\n</answer>", f"<answer>\n{gold}1\n</answer>")
 
 
+LATE_CALL = "a call after the text that wrote its result, right answer"
+
+
 def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
     """One real solution written the ways a tool-using model writes it, as TRL passes completions with ``tools=``.
 
@@ -60,7 +66,7 @@ def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
     idle = [_call_turn(IDLE_EXPRESSION), _tool_turn(IDLE_RESULT)]
     refused = [_call_turn("48 // 2"), _tool_turn({"error": "only numbers, + - * / ** and parentheses are allowed"})]
     first_call = [{**trace.messages[0], "content": ""}, trace.messages[1]]
-    return {
+    scenarios = {
         "used calls, right answer": trace.messages,
         "no call, right answer": [{"role": "assistant", "content": text}],
         "an idle call, right answer": [*idle, {"role": "assistant", "content": text}],
@@ -70,6 +76,18 @@ def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
         "used calls, wrong answer": [*trace.messages[:-1], {**final, "content": _wrong(final["content"], gold)}],
         "no call, wrong answer": [{"role": "assistant", "content": _wrong(text, gold)}],
     }
+    if late := _late_call(trace.messages, gold):  # its result is in the text before it, never after
+        answer_only = {"role": "assistant", "content": f"<answer>\n{gold}\n</answer>"}
+        scenarios[LATE_CALL] = [{"role": "assistant", "content": text}, *late, answer_only]
+    return scenarios
+
+
+def _late_call(messages: list[dict[str, Any]], gold: str) -> list[dict[str, Any]]:
+    """A call of the trace and its tool turn whose result the final answer does not write, even inside a number."""
+    for call, result in itertools.pairwise(messages):
+        if call.get("tool_calls") and result.get("role") == "tool" and str(result["content"]).strip() not in gold:
+            return [{**call, "content": ""}, result]
+    return []
 
 
 # (scenario, the one it is compared with, what the reward must do): "<=" earns no more, ">" earns more
@@ -81,6 +99,8 @@ TOOL_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("the first call made 10 times, right answer", "<=", "used calls, right answer",
      "repeating a call earns nothing more"),
     ("used calls, wrong answer", "<=", "no call, wrong answer", "calls do not pay when the answer is wrong"),
+    (LATE_CALL, "<=", "no call, right answer",
+     "a result counts as used only when an assistant turn after the call writes it"),
 )
 
 
@@ -101,7 +121,9 @@ def _rewards(learner: Callable[..., Any], completions: list[Any], golds: list[st
 
 
 def _batch_problem(values: Any, completions: int) -> str | None:
-    """Why ``values`` is not one finite float per completion in a list, or None."""
+    """Why ``values`` is not one finite float per completion in a list (or a 1-D array, as TRL takes), or None."""
+    if isinstance(values, np.ndarray) and values.ndim == 1:
+        values = values.tolist()
     if not isinstance(values, (list, tuple)):
         return f"returns {' '.join(repr(values).split())[:40]}, a {type(values).__name__}: a list with one float each"
     if len(values) != completions or not all(_finite(v) for v in values):
@@ -138,8 +160,10 @@ def rule_problems(learner: Callable[..., Any], dataset: Any) -> list[str]:
         values = _rewards(learner, list(scenarios.values()), [gold] * len(scenarios))
         if problem := _batch_problem(values, len(scenarios)):
             return [f"row {index}: {problem}"]
-        reward = dict(zip(scenarios, map(float, values), strict=True))
+        reward = dict(zip(scenarios, map(float, list(values)), strict=True))
         for scenario, relation, other, rule in TOOL_RULES:
+            if scenario not in reward:
+                continue
             kept = reward[scenario] > reward[other] if relation == ">" else reward[scenario] <= reward[other] + 1e-9
             if not kept:
                 problems.append(f"row {index}: {rule}: '{scenario}' earns {reward[scenario]:g}, "
