@@ -29,7 +29,8 @@ from course_utils.lesson.rewards import answers_match, extract_xml_answer
 # --- 05.1: the evaluation loop ----------------------------------------------------------------------------------
 
 
-def make_loop(*, prompt_too=False, padding_side="left", sample=False, first_batch_only=False, drop=None):
+def make_loop(*, prompt_too=False, padding_side="left", sample=False, first_batch_only=False, drop=None,
+              exact=False, special=False):
     """The learner's loop, or one of its classic slips (each keyword is one)."""
 
     def loop(model, tokenizer, problems, batch_size, max_new_tokens):
@@ -43,11 +44,12 @@ def make_loop(*, prompt_too=False, padding_side="left", sample=False, first_batc
                 output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
                                         pad_token_id=tokenizer.pad_token_id)  # fmt: skip
             new = output if prompt_too else output[:, inputs["input_ids"].shape[1] :]
-            for completion, gold in zip(tokenizer.batch_decode(new, skip_special_tokens=True), batch["answer"],
+            for completion, gold in zip(tokenizer.batch_decode(new, skip_special_tokens=not special), batch["answer"],
                                         strict=True):  # fmt: skip
                 extracted = extract_xml_answer(completion)
+                same = extracted == gold if exact else answers_match(extracted, gold)
                 record = {"completion": completion, "extracted": extracted,
-                          "correct": bool(extracted) and bool(answers_match(extracted, gold))}  # fmt: skip
+                          "correct": bool(extracted) and bool(same)}  # fmt: skip
                 records.append({k: v for k, v in record.items() if k != drop})
             if first_batch_only:
                 break
@@ -135,6 +137,8 @@ WRONG_LOOPS = {  # the slip, the difference the check must name
     "only the first batch": (make_loop(first_batch_only=True), "records: yours 2, reference 3"),
     "records without extracted": (make_loop(drop="extracted"), "problem 0, extracted: yours '(not set)'"),
     "raises": (raises, "your loop raises TypeError"),
+    "compares answers as strings": (make_loop(exact=True), "the model made to answer $1,000 then stop"),
+    "keeps special tokens": (make_loop(special=True), "the model made to answer $1,000 then stop"),
 }
 
 
@@ -239,6 +243,12 @@ def none_when_no_number(text):
     return found[-1].replace(",", "") if found else None
 
 
+def lone_commas(text):
+    """``[\\d,]+`` reads a comma alone as a number: the last match of a list is then ','."""
+    found = re.findall(r"-?[\d,]+(?:\.\d+)?", text)
+    return found[-1].replace(",", "") if found else ""
+
+
 WRONG_READERS = {  # the wrong answer, a case it must be caught on
     split_and_strip: "glued to the tags",
     first_number: "several numbers, last wins",
@@ -246,6 +256,7 @@ WRONG_READERS = {  # the wrong answer, a case it must be caught on
     whole_numbers_only: "decimal",
     no_minus_sign: "negative",
     none_when_no_number: "no number at all",
+    lone_commas: "a list with commas after the numbers",
 }
 
 

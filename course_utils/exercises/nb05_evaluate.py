@@ -9,6 +9,7 @@ enough that factorials in floating point overflow.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -87,21 +88,64 @@ def check_evaluation_loop(
     return hand_back(LOOP_EXERCISE, passed, learner, evaluate_loop_reference, "evaluate_loop_reference")
 
 
-def _run_and_compare(
-    learner: Callable[..., Any], model: Any, tokenizer: Any, problems: Any, batch_size: int, max_new_tokens: int
-) -> bool:
-    """Run the learner's loop (its error is a difference), then the package's; print the verdict."""
-    args = (model, tokenizer, problems, batch_size, max_new_tokens)
+# A model answer the check chooses: written "$1,000", right for gold "1000" (answers_match) but not as a string,
+# and followed by the end token, which decoding must skip
+SCRIPTED_ANSWER = "<reasoning>\n40 * 25 = 1000\n</reasoning>\n<answer>\n$1,000\n</answer>"
+SCRIPTED_GOLDS = ("1000", "1001")
+
+
+@contextlib.contextmanager
+def scripted_generation(model: Any, tokenizer: Any, text: str) -> Iterator[int]:
+    """Greedy generation steered to write ``text``, then the end token; yields the tokens that takes.
+
+    Each token of ``text`` gets a bias once the tokens before it are written (``generation_config.sequence_bias``,
+    longer prefixes weigh more), so any loop that calls ``model.generate`` greedily writes it.
+    """
+    eos = tokenizer.eos_token_id
+    ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], *([eos] if isinstance(eos, int) else [])]
+    config = model.generation_config
+    before = config.sequence_bias
+    config.sequence_bias = {tuple(ids[: i + 1]): 100.0 * (i + 1) for i in range(len(ids))}
+    try:
+        yield len(ids)
+    finally:
+        config.sequence_bias = before
+
+
+def _loop_differences(learner: Callable[..., Any], args: tuple[Any, ...]) -> list[str]:
+    """The learner's records against the package's on ``args``, one line per difference (its error is one)."""
     try:
         yours = learner(*args)
         if isinstance(yours, Iterator):
             yours = list(yours)  # a generator runs only now: what it raises is the learner's too
     except NotImplementedError:
-        return report(LOOP_EXERCISE, False, LOOP_HINT, None)
+        raise
     except Exception as error:  # the learner's bug is a verdict, not a crash
-        message = " ".join(str(error).split())[:160]
-        return _loop_verdict(LOOP_EXERCISE, [f"your loop raises {type(error).__name__}: {message}"], len(problems))
-    return _loop_verdict(LOOP_EXERCISE, record_differences(yours, evaluate_loop_reference(*args)), len(problems))
+        return [f"your loop raises {type(error).__name__}: {' '.join(str(error).split())[:160]}"]
+    return record_differences(yours, evaluate_loop_reference(*args))
+
+
+def _scripted_differences(learner: Callable[..., Any], model: Any, tokenizer: Any, problems: Any) -> list[str]:
+    """The loops on a model steered to ``SCRIPTED_ANSWER``, gold answers ``SCRIPTED_GOLDS``: answers and tokens."""
+    if not (hasattr(problems, "select") and hasattr(model, "generation_config")):
+        return []
+    rows = problems.select(range(min(len(SCRIPTED_GOLDS), len(problems))))
+    golds = rows.remove_columns("answer").add_column("answer", list(SCRIPTED_GOLDS[: len(rows)]))
+    with scripted_generation(model, tokenizer, SCRIPTED_ANSWER) as length:
+        differences = _loop_differences(learner, (model, tokenizer, golds, len(SCRIPTED_GOLDS), length + 2))
+    return [f"the model made to answer $1,000 then stop (gold {SCRIPTED_GOLDS}): {line}" for line in differences]
+
+
+def _run_and_compare(
+    learner: Callable[..., Any], model: Any, tokenizer: Any, problems: Any, batch_size: int, max_new_tokens: int
+) -> bool:
+    """Run the learner's loop (its error is a difference), then the package's, then both on a scripted answer."""
+    try:
+        differences = _loop_differences(learner, (model, tokenizer, problems, batch_size, max_new_tokens))
+        differences = differences or _scripted_differences(learner, model, tokenizer, problems)
+    except NotImplementedError:
+        return report(LOOP_EXERCISE, False, LOOP_HINT, None)
+    return _loop_verdict(LOOP_EXERCISE, differences, len(problems))
 
 
 # --- 05.3-05.5: values read off the lesson -----------------------------------------------------------
@@ -157,6 +201,9 @@ LAST_NUMBER_TEXTS = {
     "after an equals sign": "So 6 * 7=42",
     "in brackets": "the total (72)",
     "glued to a percent sign": "a rise of 15%",
+    # a comma alone is no number: `[\d,]+` reads the commas of a list as one
+    "a list with commas after the numbers": "She bought 3 apples, 4 pears, and more,",
+    "a comma after the last number": "The answer is 18, I think, or so,",
 }
 
 
