@@ -339,7 +339,7 @@ def test_02_3_what_the_notebook_continues_with_maps_the_dataset(gsm8k_train):
 
 @pytest.fixture()
 def stats():
-    """Reasoning lengths 1..100 and a 20-token wrapper: 110 tokens fit nine in ten solutions, 240 is twice the most."""
+    """Reasoning lengths 1..100 and a 20-token wrapper: 110 tokens fit nine in ten solutions, 220 is twice that."""
     return TokenLengthStats(prompt_lengths=[50] * 100, reasoning_lengths=list(range(1, 101)), xml_overhead=20)
 
 
@@ -484,3 +484,26 @@ def test_the_hints_point_the_way_without_the_code():
 def test_an_untouched_stub_is_read_as_unanswered():
     for name in ("extract_hash_answer", "build_prompt", "to_grpo_row", "split_solution"):
         assert is_unanswered(exercise("02", name, copy="notebooks")), name
+
+
+@pytest.mark.parametrize("right", [110, 128, 220])  # the 90th percentile with the wrapper, rounded up, twice it
+def test_02_6_lengths_that_fit_nine_in_ten_pass(right, stats, capsys):
+    assert nb02.check_02_completion_length(right, stats), capsys.readouterr().out
+
+
+def test_02_6_the_90th_percentile_of_characters_fails(stats, capsys):
+    """About two characters a token: counted in characters, the length is more than twice what is needed."""
+    assert not nb02.check_02_completion_length(221, stats)
+    assert "❌ 02.6" in capsys.readouterr().out
+
+
+def fills_the_row_in_place(row):
+    """A Dataset.map function may fill in the row it is given and return it: map hands each call a fresh row."""
+    row["prompt"] = nb02.build_prompt(row["question"])
+    row["answer"] = nb02.extract_hash_answer(row["answer"])
+    return row
+
+
+def test_02_3_a_map_function_that_fills_its_row_in_place_passes(gsm8k_train, capsys):
+    rows = gsm8k_train.select(range(20))
+    assert nb02.check_02_mapping(fills_the_row_in_place, rows) is fills_the_row_in_place, capsys.readouterr().out
