@@ -7,6 +7,7 @@ here as a learner writes them (the classic versions copied, a greedy ``.*``, ``i
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -287,7 +288,7 @@ WRONG_REWARDS = {  # (notebook name, wrong answer, what the check names: a case 
     "rewards as a generator": ("strict_format_reward_func", strict_as_generator, "returns a generator"),
     "stops at the first empty completion": ("soft_format_reward_func", soft_stops_at_a_bad_one, "a batch of"),
     "keeps the last score only": ("xmlcount_reward_func", xmlcount_last_only, "1 reward(s) for 5 completion(s)"),
-    "0.5 for every layout": ("soft_format_reward_func", constant(0.5), "tags in the wrong order"),
+    "0.5 for every layout": ("soft_format_reward_func", constant(0.5), "a sentence before <reasoning>"),
     "classic exact string comparison": ("correctness_reward_func", classic_correctness, "answer $1,000"),
     "strings compared, not values": ("correctness_reward_func", string_equality, "answer $1,000"),
     "float() on the answer": ("correctness_reward_func", float_equality, "answer $1,000"),
@@ -462,8 +463,8 @@ WRONG_OWN_REWARDS = {
     "a single float": (single_float, "returns a single number, not a list"),
     "raises on None": (reads_messages_itself, "junk completions: raises TypeError"),
     "no **kwargs": (no_kwargs, "raises TypeError"),
-    "one reward per non-empty completion": (skips_empty_completions, "junk completions: 1 reward(s) for 7"),
-    "NaN for an empty completion": (nan_for_empty, "nan is not a finite number"),
+    "one reward per non-empty completion": (skips_empty_completions, "junk completions: 3 reward(s) for 9"),
+    "NaN for an empty completion": (nan_for_empty, "nan: TRL reads a NaN as None"),
     "rewards as text": (as_text, "is a str, not a float"),
     "the same reward for everything": (constant(0.0), "gives every completion the same reward (0)"),
 }
@@ -511,3 +512,82 @@ def test_the_own_reward_is_run_by_trl_itself(gsm8k_train):
     assert nb03.check_03_own_reward(counted, gsm8k_train) is counted
     assert all({"log_extra", "log_metric", "trainer_state", "answer"} <= set(keys) for keys in calls)
     assert len(calls) == len(own_reward.contract_batches(gsm8k_train)) + 1, "TRL's own call never happened"
+
+
+# --- Round two: answers that change their inputs, cases that tell, rewards that are not finite ----------------
+
+
+def strips_messages_in_place(completions, answer, **kwargs):
+    """The right rewards, after editing TRL's message dicts in place."""
+    for completion in completions:
+        if isinstance(completion, list) and completion and isinstance(completion[0], dict):
+            completion[0]["content"] = (completion[0].get("content") or "").strip() or completion[0].get("content")
+    return rewards.correctness_reward_func(completions=completions, answer=answer, **kwargs)
+
+
+def test_03_1_a_reward_that_edits_trl_s_messages_in_place_fails(gsm8k_train, capsys):
+    assert nb03.check_03_correctness(strips_messages_in_place, gsm8k_train) is rewards.correctness_reward_func
+    out = capsys.readouterr().out
+    assert "❌ 03.1" in out and "changes its input in place" in out, out
+
+
+def strict_with_rstrip(completions, **kwargs):
+    """The strict format on ``text.rstrip()``: two final newlines or a final space pass."""
+    return [0.5 if rewards.is_strict_format(text.rstrip() + "\n") else 0.0 for text in rewards.completion_texts(
+        completions)]
+
+
+def strict_counting_opening_tags(completions, **kwargs):
+    """Each opening tag once, the closing ones not counted: a repeated closing tag passes."""
+    scores = []
+    for text in rewards.completion_texts(completions):
+        body = text.removesuffix("\n")
+        once = body.count("<reasoning>") == 1 and body.count("<answer>") == 1
+        shape = body.startswith("<reasoning>\n") and body.endswith("\n</answer>")
+        inner = body[len("<reasoning>\n") : -len("\n</answer>")]
+        reasoning, separator, answer = inner.partition("\n</reasoning>\n<answer>\n")
+        scores.append(0.5 if once and shape and separator and reasoning.strip() and answer.strip() else 0.0)
+    return scores
+
+
+def soft_with_text_before(completions, **kwargs):
+    """The soft format from the first ``<reasoning>`` on: text before it passes."""
+    texts = rewards.completion_texts(completions)
+    return [0.5 if rewards.is_soft_format(text[text.find("<reasoning>"):]) else 0.0 for text in texts]
+
+
+@pytest.mark.parametrize(("check", "wrong", "named"), [
+    (nb03.check_03_strict_format, strict_with_rstrip, "two final newlines"),
+    (nb03.check_03_strict_format, strict_counting_opening_tags, "closing answer tag twice at the end"),
+    (nb03.check_03_soft_format, soft_with_text_before, "a sentence before <reasoning>"),
+], ids=["rstrip", "opening tags only", "text before"])
+def test_03_3_and_03_4_the_cases_tell_near_misses(check, wrong, named, gsm8k_train, capsys):
+    assert check(wrong, gsm8k_train) is not wrong
+    out = capsys.readouterr().out
+    assert "differs from the reference" in out and named in out, out
+
+
+def sorts_in_place(completions, **kwargs):
+    """Shorter completions score higher, after sorting TRL's list in place: rewards in the wrong order."""
+    completions.sort(key=lambda c: len(rewards.completion_text(c)))
+    return [-len(rewards.completion_text(c)) / 1000 for c in completions]
+
+
+def infinite_for_loops(completions, **kwargs):
+    return [math.inf if text.count("\n") > 8 else len(text) / 1000 for text in rewards.completion_texts(completions)]
+
+
+def nan_for_blank(completions, **kwargs):
+    return [len(text.strip()) / len(text.strip()) * 0.1 * len(text) if text.strip() else math.nan
+            for text in rewards.completion_texts(completions)]
+
+
+@pytest.mark.parametrize(("wrong", "named"), [
+    (sorts_in_place, "changes its input in place"),
+    (infinite_for_loops, "inf: TRL adds it into the completion's total"),
+    (nan_for_blank, "nan: TRL reads a NaN as None"),
+], ids=["sorts in place", "inf", "nan"])
+def test_03_8_mutating_and_non_finite_rewards_fail(wrong, named, gsm8k_train, capsys):
+    assert nb03.check_03_own_reward(wrong, gsm8k_train) is own_reward.repetition_penalty_reference
+    out = capsys.readouterr().out
+    assert "❌ 03.8" in out and named in out, out

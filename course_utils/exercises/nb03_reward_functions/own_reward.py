@@ -13,7 +13,7 @@ import numpy as np
 
 from course_utils.core.answer_format import format_answer
 from course_utils.core.trl_internals import TRLChanged
-from course_utils.exercises.comparison import not_a_function
+from course_utils.exercises.comparison import changed_input, not_a_function, own_copy
 from course_utils.exercises.nb03_reward_functions.trl_calls import (
     awaited,
     conversation,
@@ -50,7 +50,8 @@ def _looping(reasoning: str, times: int) -> str:
 
 
 # What a reward meets beyond model text: nothing, an empty message, a number, 80 kB of tags, a message without content
-JUNK = (None, "", conversation(None), 42, "<answer>" * 10_000, [{"role": "assistant"}], ["not a message"])
+JUNK = (None, "", conversation(None), 42, "<answer>" * 10_000, [{"role": "assistant"}], ["not a message"],
+        " \n\n \n", "Let me see.\n" * 20)
 
 
 def contract_batches(dataset: Any) -> dict[str, list[Any]]:
@@ -76,20 +77,30 @@ def _value_problem(value: Any) -> str | None:
         return None
     if isinstance(value, str) or not isinstance(value, numbers.Real):
         return f"{short_repr(value)} is a {type(value).__name__}, not a float"
-    if not math.isfinite(value):
-        return f"{value} is not a finite number (return None where the reward does not apply)"
+    if math.isnan(value):
+        return (f"{value}: TRL reads a NaN as None (its sums skip it), so it hides a failed computation as 'does not "
+                "apply'; return None on purpose where the reward does not apply, a number everywhere else")
+    if math.isinf(value):
+        return (f"{value}: TRL adds it into the completion's total, so its group's mean is infinite, every advantage "
+                "of the group becomes NaN and then 0 (the whole group teaches nothing) and the logged reward reads "
+                "inf; keep every reward finite")
     return None
 
 
 def _batch_problem(name: str, completions: list[Any], learner: Callable[..., Any]) -> tuple[str | None, list[Any]]:
     """Call the learner as TRL does on one batch: ``(what is wrong or None, the rewards)``."""
     kwargs = trl_reward_kwargs(completions, ["1000"] * len(completions), [""] * len(completions))
+    given = own_copy((kwargs,))
     try:
-        values = awaited(learner(**kwargs))
+        values = awaited(learner(**given[0]))
     except NotImplementedError:
         raise  # a stub: "not answered yet", not a wrong answer
     except Exception as error:  # the learner's bug is a verdict, never a crash
         return f"{name}: raises {type(error).__name__}: {' '.join(str(error).split())[:80]}", []
+    if where := changed_input((kwargs,), given):
+        return (f"{name}: changes its input in place, at {where.removeprefix('[0]')}: TRL hands the same completions "
+                "to every reward and to its logs, so the rewards after yours (and yours, in order) score other "
+                "completions; build new lists instead"), []
     if not (isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.ndim == 1)):
         kind = "a single number" if isinstance(values, numbers.Number) else f"a {type(values).__name__}"
         return f"{name}: returns {kind}, not a list with one reward per completion", []
