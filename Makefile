@@ -128,7 +128,8 @@ BENCH_RESULTS ?= benchmarks/results.txt
 keep_results = mv $(1).new $(1); echo "written: $(1)"
 BENCH_LONG_RESULTS ?= benchmarks/results_long.txt
 LONG_BENCHES := benchmarks/bench_reward_presets.py benchmarks/bench_heldout.py
-SEPARATE_BENCHES := benchmarks/bench_00_machine.py $(LONG_BENCHES) benchmarks/bench_tools.py benchmarks/bench_lab_levers.py
+SEPARATE_BENCHES := benchmarks/bench_00_machine.py $(LONG_BENCHES) benchmarks/bench_tools.py benchmarks/bench_lab_levers.py \
+  benchmarks/bench_collapse.py
 bench: setup
 	@set -o pipefail; for script in benchmarks/bench_00_machine.py $(filter-out $(SEPARATE_BENCHES),$(wildcard benchmarks/bench_*.py)); do \
 	  echo "# $$script"; GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 $(PY) $$script || exit 1; done | tee $(BENCH_RESULTS).new

@@ -32,7 +32,8 @@
     checkpoints, one run per folder), ``warm_start`` (the supervised start before GRPO),
     ``run_logs`` (a run's log history, saved, read back and compared), ``run_callbacks`` (the live
     dashboard, a run stopped at the end of a step), ``monitoring`` (the monitoring rules, the lab's "did it
-    learn" numbers), ``collapse`` (a run that stopped reasoning, defined once and measured on its completions), ``preflight`` (checks before the first step),
+    learn" numbers), ``collapse`` (a run that stopped reasoning, defined once and measured on its completions),
+    ``preflight`` (checks before the first step),
     ``config_reading`` (a planned run's settings read as TRL reads them), ``preflight_memory`` (its memory check:
     the estimate from a config and a model, against the machine),
     ``model_shape`` (a model's sizes and parameter counts), ``memory`` (the memory estimate, by phase),
@@ -58,7 +59,8 @@
     (a reward called as ``GRPOTrainer`` calls it), ``case_banks`` (the cases 03.1-03.5 run on),
     ``corrected_rewards`` (03.1-03.5), ``value_questions`` (03.6-03.7) and ``own_reward`` (03.8, TRL's contract).
     ``nb04_train_grpo`` holds ``judging`` (one verdict a construct, the library's own error shown), ``machine_fit``
-    (precision, run folder and learning rate, for both configs), ``grpo_config_check`` (04.1),
+    (precision, run folder and learning rate, for both configs), ``run_fields`` (every config field classed by
+    whether it changes the run), ``grpo_config_check`` (04.1),
     ``lora_config_check`` (04.2), ``sft_config_check`` (04.3), ``grpo_trainer_check`` (04.4), ``value_questions``
     (04.5-04.7) and ``generation_batch_check`` (04.8). ``nb08_tool_use`` holds ``trace_check`` (08.1),
     ``isolated_calls`` (a function run on inputs in a child process stopped when one runs too long),

@@ -152,3 +152,16 @@ def test_lab_has_no_output_widget():
     import ipywidgets as widgets
 
     assert not [w for w in _widget_tree(RewardLab().widget) if isinstance(w, widgets.Output)]
+
+
+def test_the_lab_says_what_a_bare_guess_earns_against_a_right_answer() -> None:
+    """Under the initial weights a wrong guess in perfect tags earns half a right answer: a collapse is paid for."""
+    from course_utils.lesson.widgets import guess_verdict
+
+    initial = reward_lab("initial")
+    assert (initial.guess_total, initial.right_total) == (2.0, 4.0)
+    assert guess_verdict(initial.guess_total, initial.right_total).startswith("⚠️")
+    correct_first = reward_lab((1.0, 0.2, 0.2, 0.2, 0.2))
+    assert correct_first.guess_total == pytest.approx(0.4)
+    assert guess_verdict(correct_first.guess_total, correct_first.right_total).startswith("✅")
+    assert guess_verdict(0.0, 0.0).startswith("❌")

@@ -41,6 +41,10 @@ SLIDER_STEP = 0.025
 
 QUESTION = "A school orders 40 boxes of pencils with 25 pencils in each box. How many pencils does it get?"
 GOLD = "1000"
+# What a collapsed run writes for every problem: perfect tags around a guess, no computation
+BARE_GUESS = "<reasoning>\n1\n</reasoning>\n<answer>\n1\n</answer>\n"
+RIGHT_ANSWER = "<reasoning>\n40 * 25 = 1000\n</reasoning>\n<answer>\n1000\n</answer>\n"
+GUESS_SHARE_HIGH = 0.5  # a guess earning half of a right answer's total pays a run to stop solving
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Sample:
 
 # One group: ten completions of the same question, as GRPO would sample them.
 SAMPLE_BANK: tuple[Sample, ...] = (
-    Sample("perfect", "<reasoning>\n40 * 25 = 1000\n</reasoning>\n<answer>\n1000\n</answer>\n"),
+    Sample("perfect", RIGHT_ANSWER),
     Sample(
         "multi-line, no final \\n",
         "<reasoning>\nEach box holds 25 pencils.\n40 boxes * 25 = 1000.\n</reasoning>\n<answer>\n1000\n</answer>",
@@ -86,6 +90,8 @@ class LabResult:
     calibrated: bool
     verdict: str
     frac_reward_zero_std: float
+    guess_total: float  # what BARE_GUESS earns under these weights
+    right_total: float  # what RIGHT_ANSWER earns
 
     @property
     def totals(self) -> list[float]:
@@ -114,6 +120,22 @@ def calibration_verdict(
     return True, f"✅ calibrated: mean is {ratio:.0%} of the max (within {low:.0%}-{high:.0%})"
 
 
+def guess_verdict(guess_total: float, right_total: float) -> str:
+    """What a bare guess in perfect tags earns against a right, reasoned answer, and what that does to a run.
+
+    Every wrong answer of a group earns the guess's total too, so when it is a large share of the right answer's, a
+    run climbs faster by writing tags around a number than by solving (notebook 04's collapse).
+    """
+    if right_total <= 0:
+        return "❌ a right answer earns nothing under these weights"
+    share = guess_total / right_total
+    line = (f"a bare guess in perfect tags (<code>&lt;answer&gt;1&lt;/answer&gt;</code>, wrong) earns "
+            f"{guess_total:.2f}, {share:.0%} of a right answer's {right_total:.2f}")  # fmt: skip
+    if share >= GUESS_SHARE_HIGH:
+        return f"⚠️ {line}: a run can climb by guessing in tags (a collapse); raise correctness, lower the format"
+    return f"✅ {line}: solving pays more than the tags"
+
+
 def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequence[Sample] = SAMPLE_BANK) -> LabResult:
     """Score the bank with the given weights and stage; the whole bank is treated as one GRPO group."""
     if stage not in STAGES:
@@ -131,7 +153,8 @@ def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequen
     calibrated, verdict = calibration_verdict(mean, best)
     zero_std = frac_reward_zero_std(table[TOTAL_COLUMN].tolist(), num_generations=len(bank))
     ratio = mean / best if best > 0 else float("nan")
-    return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std)
+    guess, right = reward_table([BARE_GUESS, RIGHT_ANSWER], GOLD, values, stage=stage)[TOTAL_COLUMN].tolist()
+    return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std, guess, right)
 
 
 def _short_name(reward_name: str) -> str:
@@ -165,7 +188,8 @@ class LabView:
 
     def show(self, result: LabResult) -> None:
         """Redraw every output from ``result``."""
-        self.verdict.value = f"<b>{result.verdict}</b> — frac_reward_zero_std = {result.frac_reward_zero_std}"
+        self.verdict.value = (f"<b>{result.verdict}</b> — frac_reward_zero_std = {result.frac_reward_zero_std}<br>"
+                              f"{guess_verdict(result.guess_total, result.right_total)}")  # fmt: skip
         points = ", ".join(f"{_short_name(n)} {p:g}" for n, p in reward_points(result.weights).items())
         self.config_line.value = (
             f"<code>GRPOConfig(reward_weights={list(result.weights)})</code><br>"
@@ -261,6 +285,7 @@ class RewardLab:
 
 
 __all__ = [
+    "BARE_GUESS",
     "CALIBRATION_HIGH",
     "CALIBRATION_LOW",
     "GOLD",
@@ -271,6 +296,7 @@ __all__ = [
     "RewardLab",
     "Sample",
     "calibration_verdict",
+    "guess_verdict",
     "reward_lab",
     "weight_sliders",
 ]

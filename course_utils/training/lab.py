@@ -71,6 +71,8 @@ def run_training(
     trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
     with run_folder.locked(default_run_dir(p)):  # from the clearing to the saved model, one run in the folder
         run_dir = clear_run_dir(default_run_dir(p))
+        if config.log_completions:  # TRL made this folder when the trainer was built; the clearing removed it
+            (Path(config.output_dir) / "completions").mkdir(parents=True, exist_ok=True)
         if before_train is not None:
             before_train(trainer)
         started = time.perf_counter()

@@ -1,0 +1,169 @@
+"""Does the `cpu` lab collapse, seed by seed? The lab as notebook 04 runs it, then what the model learned.
+
+Per seed: one lab run (the same warm start, GRPO with that seed, completions logged), then
+``training.collapse.collapse_report`` over the last fifth of the steps' completions, the correct share of the
+first and last fifth, greedy accuracy on held-out problems, sampled pass@1 on fewer held-out problems, and sampled
+pass@1 on the lab's own training problems, each paired against the warm start with a bootstrap interval.
+Prints ``name: value`` lines, ``lab_collapsed_seeds: K of N`` last.
+
+``--set field=value`` changes a profile field for every run (one lever at a time: ``learning_rate=2e-4``,
+``reward_weights=correct-first``, ``warm_start_reasoning_lines=8``); ``make bench-collapse`` runs the profile as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from course_utils import cpu_speed
+from course_utils.core.paths import repo_root
+from course_utils.core.profiles import get_profile
+from course_utils.evaluation.curves import load_warm_start_model
+from course_utils.evaluation.heldout import evaluate_model, heldout_set, load_for_evaluation
+from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
+from course_utils.evaluation.variant_tables import logged_completions
+from course_utils.training import lab, monitoring
+from course_utils.training.collapse import collapse_report, first_fifth, last_fifth
+from course_utils.training.grpo_prompts import training_dataset
+
+SAMPLES = 8
+SAMPLE_SEED = 1  # fresh draws, as bench_heldout's
+SPEEDUPS = cpu_speed  # the CPU plug-in (appendix 99): the same training and samples, faster
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--seeds", default="42,1,2,3", help="GRPO seeds, comma-separated")
+    parser.add_argument("--greedy-problems", type=int, default=200, help="held-out problems, greedy")
+    parser.add_argument("--sampled-problems", type=int, default=50, help="held-out problems, sampled")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a profile field changed")
+    parser.add_argument("--grpo", action="append", default=[], metavar="FIELD=VALUE", help="a GRPOConfig field changed")
+    return parser.parse_args()
+
+
+def field_values(pairs: list[str]) -> dict[str, Any]:
+    """``["learning_rate=2e-4", "reward_weights=tuned"]`` as fields and values (Python literals, else strings)."""
+    changes = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--set and --grpo take FIELD=VALUE, got {pair!r}")
+        try:
+            changes[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            changes[name] = text
+    return changes
+
+
+def keep_run(run_dir: Any, label: str, seed: int) -> None:
+    """Copy the run's logged completions and log history to build/collapse/<label>/seed_<seed> (the next run clears
+    the run folder), for notebook 06's recorded collapse."""
+    target = repo_root() / "build" / "collapse" / label / f"seed_{seed}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(run_dir / "completions", target / "completions")
+    shutil.copy2(run_dir / "log_history.csv", target / "log_history.csv")
+
+
+def run_label(args: argparse.Namespace) -> str:
+    return re.sub(r"[^A-Za-z0-9.=,-]+", "_", "+".join(args.set + args.grpo)) or "as-defined"
+
+
+def sampled(model: Any, tokenizer: Any, problems: Any, profile: Any) -> dict:
+    return evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1,), prompts_per_batch=4,
+                            max_new_tokens=profile.max_completion_length, temperature=profile.temperature,
+                            seed=SAMPLE_SEED, speedups=SPEEDUPS)  # fmt: skip
+
+
+def greedy(model: Any, tokenizer: Any, problems: Any, profile: Any) -> dict:
+    return evaluate_model(model, tokenizer, problems, batch_size=profile.eval_batch_size,
+                          max_new_tokens=profile.max_completion_length, progress=False, speedups=SPEEDUPS)  # fmt: skip
+
+
+def evaluate(model: Any, tokenizer: Any, sets: Mapping[str, Any], profile: Any) -> dict[str, dict]:
+    """Greedy on the held-out set, sampled on the smaller held-out set and on the lab's problems."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return {
+            "greedy": greedy(model, tokenizer, sets["greedy"], profile),
+            "heldout": sampled(model, tokenizer, sets["sampled"], profile) if len(sets["sampled"]) else None,
+            "lab": sampled(model, tokenizer, sets["lab"], profile),
+        }
+
+
+def difference(prefix: str, warm: Mapping[str, Any], grpo: Mapping[str, Any]) -> str:
+    d = paired_difference(warm, grpo, "pass@1")
+    low, high = d["ci"]
+    return f"{prefix}: {warm['pass@1']:.3f} -> {grpo['pass@1']:.3f}, {d['difference']:+.4f} ({low:+.4f} to {high:+.4f})"
+
+
+def stage_lines(seed: int, warm: Mapping[str, dict], grpo: Mapping[str, dict]) -> list[str]:
+    return [
+        f"seed_{seed}_heldout_greedy: {warm['greedy']['accuracy']:.3f} -> {grpo['greedy']['accuracy']:.3f}",
+        f"seed_{seed}_heldout_format: {warm['greedy']['format_score']:.3f} -> {grpo['greedy']['format_score']:.3f}",
+        difference(f"seed_{seed}_lab_problems_pass1", warm["lab"], grpo["lab"]),
+    ] + ([difference(f"seed_{seed}_heldout_pass1", warm["heldout"], grpo["heldout"])] if grpo["heldout"] else [])
+
+
+def collapse_lines(seed: int, run_dir: Any, tokenizer: Any, log_history: Any) -> tuple[bool, list[str]]:
+    frame = logged_completions(run_dir)
+    last = last_fifth(list(frame["step"]))
+    report = collapse_report(list(frame["completion"][last]), list(frame["prompt"][last]),
+                             lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))  # fmt: skip
+    first_share, last_share = monitoring.correct_share_fifths(log_history)
+    lines = [
+        f"seed_{seed}_collapsed: {report.collapsed}",
+        f"seed_{seed}_collapse: {report.summary()}",
+        f"seed_{seed}_last_fifth_median_completion_tokens: {report.median_completion_tokens:.0f}",
+        f"seed_{seed}_last_fifth_median_reasoning_tokens: {report.median_reasoning_tokens:.0f}",
+        f"seed_{seed}_last_fifth_top_answer_share: {report.top_answer_share:.3f}",
+        f"seed_{seed}_correct_share_first_fifth: {first_share:.3f}",
+        f"seed_{seed}_correct_share_last_fifth: {last_share:.3f}",
+    ]
+    first = first_fifth(list(frame["step"]))
+    examples = list(frame["completion"][first])[:1] + list(frame["completion"][last])[-2:]
+    for text in examples:
+        print(f"# seed {seed} completion: {text!r}", file=sys.stderr)
+    return report.collapsed, lines
+
+
+def main() -> None:
+    args = parse_args()
+    changes, grpo_changes = field_values(args.set), field_values(args.grpo)
+    profile = get_profile(args.profile).override(**changes) if changes else get_profile(args.profile)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(f"collapse_profile: {profile.name} {(changes | grpo_changes) or '(as defined)'}; seeds {seeds}")
+    warm_scores, collapsed = None, 0
+    for seed in seeds:
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):
+            result = lab.run_training(profile, speedups=SPEEDUPS, seed=seed, log_completions=True,
+                                      num_completions_to_print=0, **grpo_changes)  # fmt: skip
+        print(f"seed_{seed}_lab_minutes: {(time.perf_counter() - started) / 60:.1f}", flush=True)
+        keep_run(result.run_dir, run_label(args), seed)
+        is_collapsed, lines = collapse_lines(seed, result.run_dir, result.tokenizer, result.trainer.state.log_history)
+        collapsed += is_collapsed
+        print("\n".join(lines), flush=True)
+        with contextlib.redirect_stdout(sys.stderr):
+            sets = {"greedy": heldout_set(args.greedy_problems),
+                    "sampled": heldout_set(args.sampled_problems) if args.sampled_problems else [],
+                    "lab": training_dataset(profile, tokenizer=result.tokenizer)}  # fmt: skip
+            if warm_scores is None:
+                warm_model, tokenizer = load_warm_start_model(profile, result.run_dir)
+                warm_scores = evaluate(warm_model, tokenizer, sets, profile)
+            grpo_model, tokenizer = load_for_evaluation(profile)
+        print("\n".join(stage_lines(seed, warm_scores, evaluate(grpo_model, tokenizer, sets, profile))), flush=True)
+    print(f"lab_collapsed_seeds: {collapsed} of {len(seeds)}")
+
+
+if __name__ == "__main__":
+    main()
