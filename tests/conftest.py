@@ -65,7 +65,34 @@ def offline_model_and_tokenizer():
     """The offline SmolLM2 model and tokenizer, loaded once for the whole test session (read-only use)."""
     from course_utils.lesson.models import load_model_and_tokenizer
 
-    return load_model_and_tokenizer("ci")
+    loaded = load_model_and_tokenizer("ci")
+    _SHARED_MODEL.append((loaded[0], _model_state(loaded[0])))
+    return loaded
+
+
+_SHARED_MODEL: list[tuple[object, tuple]] = []
+
+
+def _model_state(model) -> tuple:
+    """What a test must leave as it found it: the modules, which parameters train, and no patched method."""
+    names = tuple(name for name, _ in model.named_modules())
+    trains = tuple(p.requires_grad for p in model.parameters())
+    patched = tuple(sorted(name for name, m in model.named_modules() for key in ("forward", "generate")
+                           if key in m.__dict__))
+    return names, trains, patched, model.training
+
+
+@pytest.fixture(autouse=True)
+def shared_model_left_as_found(request):
+    """Fails the test that changed the session's shared model in place (a test after it would see the change)."""
+    yield
+    for index, (model, state) in enumerate(_SHARED_MODEL):
+        now = _model_state(model)
+        _SHARED_MODEL[index] = (model, now)  # named once, in the test that changed it
+        assert now == state, (
+            f"{request.node.nodeid} changed the shared offline model in place (modules, trainable parameters, a "
+            "patched forward/generate or train mode): give it a copy.deepcopy of the model instead"
+        )
 
 
 def _load_module(folder: str, name: str) -> ModuleType:

@@ -257,7 +257,7 @@ def test_a_trained_model_is_found_in_the_next_runtime_and_its_absence_named_with
     assert f"Trained model found: {outputs / 'grpo-cpu' / 'final'}" in colab_runtime(tmp_path, mount + find)
     shutil.rmtree(outputs / "grpo-cpu")  # notebook 04 did not run, or did not finish
     said = colab_runtime(tmp_path, mount + find)
-    assert "No trained model" in said and "run notebook 04" in said
+    assert "No trained model" in said and "Run notebooks/04_train_grpo.ipynb" in said
     assert "Fallback" in said and str(outputs / "grpo-cpu-short" / "final") in said
 
 

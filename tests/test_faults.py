@@ -7,6 +7,7 @@ never becomes the sample, a stale warm start is never reused), and every bad inp
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
@@ -1094,7 +1095,7 @@ def test_a_reward_that_returns_inf_stops_the_run_by_name_and_nan_is_left_to_trl(
 
     model, tokenizer = offline_model_and_tokenizer
     rows = datasets.Dataset.from_list([{"prompt": "2+2?", "answer": "4"}] * 2)
-    trainer = build_trainer(model, tokenizer, "ci", rows, reward_funcs=[inf_reward, nan_reward],
+    trainer = build_trainer(copy.deepcopy(model), tokenizer, "ci", rows, reward_funcs=[inf_reward, nan_reward],
                             config=make_grpo_config("ci", reward_weights=None, max_steps=1))  # fmt: skip
     assert trainer.reward_func_names == ["inf_reward", "nan_reward"]
     with pytest.raises(ValueError, match=r"'inf_reward' returned inf for completion 2 of 2: a reward must be a finite"):

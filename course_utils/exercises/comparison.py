@@ -9,6 +9,7 @@ the input, what the reference gives, what the learner's version gives. The noteb
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -174,10 +175,23 @@ def _agree(
         return False
 
 
-def own_copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _shared_inputs(value: Any, depth: int = 0) -> list[Any]:
+    """The inputs shared, not copied: datasets (``map`` returns a new one) and bound methods (TRL's ``log_extra``
+    and ``log_metric`` belong to its trainer, and copying one copies the trainer and its model)."""
+    if type(value).__module__.startswith("datasets.") or inspect.ismethod(value):
+        return [value]
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return [found for item in value for found in _shared_inputs(item, depth + 1)]
+    if depth < 3 and isinstance(value, Mapping):
+        return [found for item in value.values() for found in _shared_inputs(item, depth + 1)]
+    return []
+
+
+def own_copy(args: Any) -> Any:
     """A deep copy of a case's inputs: each function gets its own, so neither can change what the other reads."""
+    memo = {id(shared): shared for shared in _shared_inputs(args)}
     try:
-        return copy.deepcopy(args)
+        return copy.deepcopy(args, memo)
     except Exception:  # an input that cannot be copied is shared, as the notebook shares it
         return args
 
