@@ -22,7 +22,7 @@ CI_ENV := COURSE_PROFILE=ci HF_HUB_OFFLINE=1 GSM8K_DIR=$(GSM8K_DIR) REHEARSAL_PA
 
 REPO ?=
 
-.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout bench-levers bench-tools variants clean pins colab-links gpu-check render rehearse rehearse-packages
+.PHONY: setup notebooks lab test test-slow test-browser lint course bench bench-long bench-heldout bench-levers bench-collapse bench-tools variants clean pins colab-links gpu-check render rehearse rehearse-packages
 
 # pip byte-compiles each package one file at a time; compileall does the same for all of them on every core at the
 # end (about half the set-up time on two cores), leaving out the packages' own test suites (`tests/` folders: 2,770
@@ -170,6 +170,19 @@ bench-levers: setup
 	  echo "# benchmarks/bench_lab_levers.py" && $(LEVERS_KERNELS) COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 \
 	  $(PY) benchmarks/bench_lab_levers.py $(if $(LEVERS),--levers $(LEVERS)); } | tee $(BENCH_LEVERS_RESULTS).new
 	@$(call keep_results,$(BENCH_LEVERS_RESULTS))
+
+# Does the cpu lab collapse (training.collapse), seed by seed? The lab as notebook 04 runs it with seeds 42,1,2,3,
+# then warm start and GRPO evaluated (benchmarks/bench_collapse.py), written to $(BENCH_COLLAPSE_RESULTS).
+# COLLAPSE_ARGS="--set learning_rate=2e-4" changes one lever; COLLAPSE_KERNELS="ATEN_CPU_CAPABILITY=avx2
+# ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 (fp32) path on an AVX-512 machine
+BENCH_COLLAPSE_RESULTS ?= benchmarks/results_collapse.txt
+COLLAPSE_ARGS ?=
+COLLAPSE_KERNELS ?=
+bench-collapse: setup
+	@set -o pipefail; { echo "# benchmarks/bench_00_machine.py"; $(COLLAPSE_KERNELS) $(PY) benchmarks/bench_00_machine.py && \
+	  echo "# benchmarks/bench_collapse.py" && $(COLLAPSE_KERNELS) COURSE_PROFILE=cpu GSM8K_DIR=$(GSM8K_DIR) HF_HUB_OFFLINE=1 \
+	  $(PY) benchmarks/bench_collapse.py $(COLLAPSE_ARGS); } | tee $(BENCH_COLLAPSE_RESULTS).new
+	@$(call keep_results,$(BENCH_COLLAPSE_RESULTS))
 
 # Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
 # 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems

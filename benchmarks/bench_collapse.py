@@ -7,7 +7,7 @@ pass@1 on the lab's own training problems, each paired against the warm start wi
 Prints ``name: value`` lines, ``lab_collapsed_seeds: K of N`` last.
 
 ``--set field=value`` changes a profile field for every run (one lever at a time: ``learning_rate=2e-4``,
-``reward_weights=correct-first``, ``warm_start_reasoning_lines=8``); ``make bench-collapse`` runs the profile as it is.
+``reward_weights=(1.0,0,0,0,0)``, ``warm_start_reasoning_lines=8``); ``make bench-collapse`` runs the profile as it is.
 """
 
 from __future__ import annotations
@@ -116,20 +116,24 @@ def stage_lines(seed: int, warm: Mapping[str, dict], grpo: Mapping[str, dict]) -
 
 def collapse_lines(seed: int, run_dir: Any, tokenizer: Any, log_history: Any) -> tuple[bool, list[str]]:
     frame = logged_completions(run_dir)
-    last = last_fifth(list(frame["step"]))
-    report = collapse_report(list(frame["completion"][last]), list(frame["prompt"][last]),
-                             lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))  # fmt: skip
+    last, first = last_fifth(list(frame["step"])), first_fifth(list(frame["step"]))
+
+    def window_report(rows: list[bool]) -> Any:
+        return collapse_report(list(frame["completion"][rows]), list(frame["prompt"][rows]),
+                               lambda text: len(tokenizer(text, add_special_tokens=False).input_ids))  # fmt: skip
+
+    report, start = window_report(last), window_report(first)
     first_share, last_share = monitoring.correct_share_fifths(log_history)
     lines = [
         f"seed_{seed}_collapsed: {report.collapsed}",
         f"seed_{seed}_collapse: {report.summary()}",
+        f"seed_{seed}_first_fifth: {start.summary('first fifth')}",
         f"seed_{seed}_last_fifth_median_completion_tokens: {report.median_completion_tokens:.0f}",
         f"seed_{seed}_last_fifth_median_reasoning_tokens: {report.median_reasoning_tokens:.0f}",
         f"seed_{seed}_last_fifth_top_answer_share: {report.top_answer_share:.3f}",
         f"seed_{seed}_correct_share_first_fifth: {first_share:.3f}",
         f"seed_{seed}_correct_share_last_fifth: {last_share:.3f}",
     ]
-    first = first_fifth(list(frame["step"]))
     examples = list(frame["completion"][first])[:1] + list(frame["completion"][last])[-2:]
     for text in examples:
         print(f"# seed {seed} completion: {text!r}", file=sys.stderr)

@@ -89,6 +89,15 @@ def test_one_problem_in_the_window_cannot_judge_the_answer_share() -> None:
     assert not report.collapsed, report.reasons
 
 
+def test_completions_without_an_answer_are_not_one_answer() -> None:
+    """Cut or untagged completions give no answer: many of them is not a model that answers one thing."""
+    completions = ["She has 4 apples and buys 7 more, so 4 + 7 ="] * 10 + [reasoned(i) for i in range(6)]
+    report = collapse_report(completions, [f"p{i % 4}" for i in range(16)], words)
+    assert not report.collapsed, report.reasons
+    assert report.top_answer != "(none)" and report.top_answer_share == pytest.approx(1 / 16)
+    assert "first fifth:" in report.summary("first fifth")
+
+
 def test_short_reasoning_without_arithmetic_is_a_collapse() -> None:
     completions = [format_answer("I think so.", str(i)) for i in range(10)]
     report = collapse_report(completions, [f"p{i}" for i in range(10)], words)

@@ -5,7 +5,8 @@ the completions shrink to ``<reasoning>1</reasoning><answer>1</answer>``. The re
 convergence. ``collapse_report`` reads the completions of the last fifth of the steps instead, and calls the
 run collapsed when any of these holds there:
 
-- one answer is more than ``MAX_TOP_ANSWER_SHARE`` of the completions (the problems differ, so their answers do);
+- one answer is more than ``MAX_TOP_ANSWER_SHARE`` of the completions (the problems differ, so their answers do;
+  a completion without an answer gives none);
 - the median reasoning is under ``MIN_REASONING_TOKENS`` tokens;
 - fewer than ``MIN_COMPUTATION_SHARE`` of the reasonings hold a computation (two numbers joined by an operator).
 """
@@ -62,11 +63,11 @@ class CollapseReport:
     def collapsed(self) -> bool:
         return bool(self.reasons)
 
-    def summary(self) -> str:
-        """One line: the verdict, then the measures it rests on."""
+    def summary(self, window: str = "last fifth") -> str:
+        """One line: the verdict, then the measures it rests on (``window``: which completions they are)."""
         verdict = "collapsed: " + "; ".join(self.reasons) if self.collapsed else "not collapsed"
         return (
-            f"{verdict} (last fifth: {self.completions} completions of {self.prompts} problems, median "
+            f"{verdict} ({window}: {self.completions} completions of {self.prompts} problems, median "
             f"{self.median_completion_tokens:.0f} tokens, reasoning {self.median_reasoning_tokens:.0f}; most common "
             f"answer {self.top_answer!r} in {self.top_answer_share:.0%}; reasoning with a computation "
             f"{self.computation_share:.0%})"
@@ -99,8 +100,8 @@ def collapse_report(
         raise ValueError(f"got {len(completions)} completions but {len(prompts)} prompts; they must pair up")
     texts = [c if isinstance(c, str) else "" for c in completions]
     reasonings = [reasoning_text(t) for t in texts]
-    answers = Counter(extract_xml_answer(t) or "(none)" for t in texts)
-    top_answer, top_count = answers.most_common(1)[0]
+    answers = Counter(answer for t in texts if (answer := extract_xml_answer(t)))  # no answer is not one answer
+    top_answer, top_count = answers.most_common(1)[0] if answers else ("(none)", 0)
     top_share = top_count / len(texts)
     reasoning_tokens = statistics.median(count_tokens(r) if r else 0 for r in reasonings)
     computation_share = sum(map(holds_computation, reasonings)) / len(texts)

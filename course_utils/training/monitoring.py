@@ -213,9 +213,10 @@ FORMAT_REWARD_MAX = {
     "rewards/xmlcount_reward_func/mean": 0.5,
 }
 COLLAPSE_FIX = (
-    "this is a collapse, not convergence: read the completions (training.collapse.collapse_report on the logged "
-    "ones). Reward the answer over the tags (the correct-first preset with scale_rewards='none'), warm-start on "
-    "whole worked solutions, or lower the learning rate; notebook 06 reproduces it and its fix"
+    "this is a collapse, not convergence: read the completions (training.collapse.collapse_report on the ones "
+    "logged with log_completions=True). The format rewards pay a bare number in tags: move the weight to "
+    "correctness (notebook 03's sliders), lower the learning rate, or stop earlier (make bench-collapse measures "
+    "a change seed by seed)"
 )
 
 
