@@ -346,6 +346,16 @@ def test_notebook_04s_resume_of_a_finished_run_is_refused(tmp_path):
     assert (tmp_path / "final" / "course_run.json").is_file()
 
 
+def test_notebook_04s_resume_of_a_finished_run_with_a_torn_final_names_the_rebuild(tmp_path):
+    earlier_run(tmp_path)
+    (tmp_path / "final").rename(tmp_path / "final.partial")  # killed while the final model was saved
+    with pytest.raises(run_folder.RunFolderError) as refused:
+        run_folder.prepare_resume(tmp_path, max_steps=2)
+    said = str(refused.value)
+    assert "is kept" not in said and "only final.partial on disk" in said
+    assert "Rebuild it from checkpoint-2: python scripts/train_grpo.py" in said and "--resume" in said
+
+
 def test_a_resume_without_recorded_settings_says_they_are_not_checked(script, tmp_path, capsys):
     earlier_run(tmp_path / "run")  # marked without settings, as notebook 04's clear_run_dir leaves it
     script.check_resume_settings(tmp_path / "run", get_profile("ci"))

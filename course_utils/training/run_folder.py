@@ -458,6 +458,19 @@ def settings_conflicts(run_dir: Path, settings: dict[str, Any]) -> list[str]:
     ]
 
 
+def _final_state(run_dir: Path, checkpoint: Path) -> str:
+    """What a finished run's final model is: kept whole, or torn (and how to rebuild it from ``checkpoint``)."""
+    final = run_dir / FINAL_DIRNAME
+    left = [name for name in (f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old") if (run_dir / name).exists()]
+    whole = final.is_dir() and any((final / name).is_file() for name in WEIGHT_FILES)
+    if whole and not left:
+        return f"its {FINAL_DIRNAME}/ is kept."
+    found = f"only {', '.join(left)} on disk" if left else f"no weights in {FINAL_DIRNAME}/"
+    return (f"its {FINAL_DIRNAME}/ did not finish saving ({found}: a kill or a full disk). Rebuild it from "
+            f"{checkpoint.name}: python scripts/train_grpo.py --profile <the run's profile> --output-dir {run_dir} "
+            "--resume.")
+
+
 def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
     """Before ``trainer.train(resume_from_checkpoint=get_last_checkpoint(run_dir))``: the checkpoint it will find.
 
@@ -477,8 +490,8 @@ def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
     step = checkpoint_step(checkpoint)
     if 0 < max_steps <= step:
         raise RunFolderError(
-            f"The run in {run_dir} is finished ({checkpoint.name}, step {step} of max_steps={max_steps}); its "
-            f"{FINAL_DIRNAME}/ is kept. To train further, raise max_steps; for a new run, start fresh."
+            f"The run in {run_dir} is finished ({checkpoint.name}, step {step} of max_steps={max_steps}); "
+            f"{_final_state(run_dir, checkpoint)} To train further, raise max_steps; for a new run, start fresh."
         )
     print(f"resuming from {checkpoint} (step {step})")
     note = missing_optimizer_note(checkpoint)
