@@ -193,7 +193,7 @@ BAD_ROWS = [
 
 @pytest.mark.parametrize(("bad", "reason", "excerpt"), BAD_ROWS)
 def test_format_gsm8k_names_the_bad_row(bad, reason, excerpt):
-    with pytest.raises(ValueError, match="row 1") as caught:
+    with pytest.raises(ValueError, match=r"row 2 \(index 1\)") as caught:
         format_gsm8k([GOOD, bad, GOOD])
     message = str(caught.value)
     assert reason in message and excerpt in message and "lenient=True" in message
@@ -204,7 +204,8 @@ def test_lenient_mode_skips_and_reports_which_rows():
     with pytest.warns(UserWarning, match=r"skipped 3 of 5 rows") as caught:
         kept = format_gsm8k(rows, lenient=True)
     text = str(caught[0].message)
-    assert "row 1:" in text and "row 3:" in text and "row 4:" in text and "row 0:" not in text
+    assert "row 2 (index 1):" in text and "row 4 (index 3):" in text and "row 5 (index 4):" in text
+    assert "row 1 " not in text and "row 3 " not in text
     assert len(kept) == 2 and kept["answer"] == ["6", "6"]
 
 
@@ -222,7 +223,7 @@ def test_all_bad_rows_is_an_error_even_when_lenient():
 def test_find_bad_rows_lists_index_and_reason():
     bad = find_bad_rows([GOOD, BAD_ROWS[1][0], None])
     assert [b.index for b in bad] == [1, 2]
-    assert "markers" in bad[0].reason and "not a dict" in bad[1].reason and "row 1" in str(bad[0])
+    assert "markers" in bad[0].reason and "not a dict" in bad[1].reason and str(bad[0]).startswith("row 2 (index 1):")
 
 
 def test_format_gsm8k_columns_and_content():
@@ -558,7 +559,7 @@ def test_token_length_bad_input(tokenizer, offline_sample):
         recommended_completion_length(stats, multiple=0)
     with pytest.raises(ValueError, match="empty"):
         token_length_stats([], tokenizer)
-    with pytest.raises(ValueError, match="row 1"):
+    with pytest.raises(ValueError, match=r"row 2 \(index 1\)"):
         token_length_stats([GOOD, BAD_ROWS[0][0]], tokenizer)
     with pytest.raises(ValueError, match="no reference solutions"):
         token_length_stats([{"prompt": build_prompt("Q?"), "answer": "6"}], tokenizer)

@@ -868,6 +868,17 @@ def test_a_final_model_cut_short_is_named_with_the_fix(tmp_path):
         load_trained_model("ci", folder)
 
 
+def test_a_final_model_whose_config_does_not_match_its_weights_is_named_with_the_fix(tmp_path):
+    from course_utils.training.trained_model import load_trained_model
+
+    folder = tiny_saved_model(tmp_path / "final", cut_short=False)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": config["intermediate_size"] * 2}))
+    with pytest.raises(ValueError, match=rf"trained model in {folder} cannot be loaded: its config.json does not "
+                                         r"match its weights' shapes\. Train it again"):  # fmt: skip
+        load_trained_model("ci", folder)
+
+
 # --- A stand-in model is labelled as such -------------------------------------------------------------------
 
 

@@ -120,6 +120,8 @@ def test_every_training_row_converts_and_the_notes_that_do_not_parse_are_few_and
     assert [note for _, note in coverage.unparsed] == unparsed
     assert all(note in traces[row].unparsed for row, note in coverage.unparsed)  # each named with its row
     assert f"{coverage.notes:,} notes, {calls:,} became calculator calls" in str(coverage)
+    row, note = coverage.unparsed[0]
+    assert f"  row {row + 1} (index {row}): {note}" in str(coverage).splitlines()  # counted as a person counts
     print(coverage)
 
 

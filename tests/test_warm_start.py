@@ -13,6 +13,7 @@ from course_utils.lesson.models import build_tiny_random_model, profile_dtype
 from course_utils.lesson.rewards import correctness_reward_func, is_strict_format
 from course_utils.training import grpo_prompts
 from course_utils.training.warm_start import (
+    equations_target,
     load_saved_warm_start,
     make_sft_config,
     warm_start_dataset,
@@ -29,6 +30,58 @@ def test_warm_start_target_is_strict_format_and_correct():
     assert correctness_reward_func(prompts=[None], completions=[completion], answer=["72"]) == [2.0]
     with pytest.raises(ValueError, match="reasoning_lines"):
         warm_start_target(solution, -1)
+
+
+NATALIA = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nAltogether 48+24 = <<48+24=72>>72.\n#### 72"
+
+
+def test_an_equations_target_reasons_with_the_computation_it_answers_with():
+    target = equations_target(NATALIA)
+    assert target == "<reasoning>\n48/2=24\n48+24=72\n</reasoning>\n<answer>\n72\n</answer>"
+    assert is_strict_format(target)
+
+
+@pytest.mark.parametrize(
+    ("solution", "kept"),
+    [
+        (NATALIA, True),
+        ("He has 3+4 = <<3+4=7>>7.\nThen 7*2 = 14.\n#### 14", False),  # the last note does not reach the answer
+        ("No notes at all.\n#### 5", False),
+        ("A wrong note 2+2 = <<2+2=5>>5.\n#### 5", False),  # a note that its expression does not give
+        ("<<1+1=2>>\n<<2+1=3>>\n<<3+1=4>>\n#### 4", False),  # more notes than warm_start_reasoning_lines
+    ],
+)
+def test_the_equations_warm_start_takes_only_solutions_whose_notes_reach_the_answer(solution, kept):
+    profile = get_profile("ci").override(warm_start_reasoning="equations", warm_start_reasoning_lines=2,
+                                         warm_start_examples=1)  # fmt: skip
+    filler = "No notes.\n#### 1"
+    if kept:
+        assert grpo_prompts.warm_start_rows(profile, [filler, solution, filler]) == [1]
+    else:
+        with pytest.raises(ValueError, match=r"Only 0 train problems have at most 2 calculator notes.*lower it"):
+            grpo_prompts.warm_start_rows(profile, [filler, solution, filler])
+
+
+def test_the_equations_warm_start_walks_back_from_the_end():
+    profile = get_profile("ci").override(warm_start_reasoning="equations", warm_start_reasoning_lines=2,
+                                         warm_start_examples=2)  # fmt: skip
+    assert grpo_prompts.warm_start_rows(profile, [NATALIA, "x\n#### 1", NATALIA, NATALIA, "y\n#### 2"]) == [2, 3]
+    lines = profile.override(warm_start_reasoning="lines")
+    assert grpo_prompts.warm_start_rows(lines, [NATALIA] * 5) == [3, 4]
+
+
+def test_an_unknown_warm_start_reasoning_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"warm_start_reasoning.*equations"):
+        get_profile("ci").override(warm_start_reasoning="equation")
+
+
+def test_the_equations_warm_start_is_disjoint_from_training(gsm8k_env, offline_model_and_tokenizer):
+    profile = get_profile("ci").override(warm_start_reasoning="equations", warm_start_reasoning_lines=2,
+                                         max_prompt_tokens=None, max_solution_steps=99, train_size=7472)  # fmt: skip
+    warm = warm_start_dataset(profile)
+    train = grpo_prompts.training_dataset(profile, tokenizer=offline_model_and_tokenizer[1])
+    assert all(is_strict_format(row["completion"][0]["content"]) for row in warm)
+    assert not {row["prompt"][-1]["content"] for row in warm} & {row["question"] for row in train}
 
 
 def test_warm_start_dataset_is_disjoint_from_training(gsm8k_env, offline_model_and_tokenizer):

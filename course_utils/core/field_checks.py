@@ -22,6 +22,7 @@ PROFILE_CHOICES: Mapping[str, tuple[Any, ...]] = types.MappingProxyType(
         "dtype": ("float32", "float16", "bfloat16"),
         "train_dtype": (None, "auto", "float32", "float16", "bfloat16"),
         "report_to": ("none", "tensorboard", "trackio"),
+        "warm_start_reasoning": ("lines", "equations"),
     }
 )
 

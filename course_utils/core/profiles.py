@@ -81,6 +81,10 @@ class Profile:
     warm_start_learning_rate: float = 1e-4
     warm_start_epochs: float = 1.0
     warm_start_batch_size: int = 8
+    # The warm start's reasoning: "lines" keeps the worked solution's first warm_start_reasoning_lines lines;
+    # "equations" keeps its calculator annotations (48/2=24, 48+24=72), only for solutions whose equations reach
+    # the answer in at most warm_start_reasoning_lines of them: reasoning that holds the computation it answers with
+    warm_start_reasoning: str = "lines"
     warm_start_reasoning_lines: int = 1
     lr_scheduler_type: str = "linear"
     warmup_steps: float = 0.0  # an int counts steps, a float in [0, 1) is a fraction of max_steps

@@ -93,14 +93,14 @@ def swapped_roles_prompt(question: str, system_prompt: str = SYSTEM_PROMPT) -> l
 
 @dataclass(frozen=True)
 class BadRow:
-    """A row that cannot be parsed: where it is and why."""
+    """A row that cannot be parsed: where it is (``index`` counts from 0, as ``dataset[index]`` does) and why."""
 
     index: int
     reason: str
     excerpt: str
 
     def __str__(self) -> str:
-        return f"row {self.index}: {self.reason} ({self.excerpt!r})"
+        return f"row {self.index + 1} (index {self.index}): {self.reason} ({self.excerpt!r})"
 
 
 def format_row(row: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> dict[str, Any]:

@@ -227,7 +227,7 @@ class TraceCoverage:
     def __str__(self) -> str:
         lines = [f"{self.rows:,} rows: {self.notes:,} notes, {self.calls:,} became calculator calls "
                  f"({self.parsed_share:.2%}), {len(self.unparsed)} stayed as text"]  # fmt: skip
-        lines += [f"  row {row}: {note}" for row, note in self.unparsed]
+        lines += [f"  row {row + 1} (index {row}): {note}" for row, note in self.unparsed]
         return "\n".join(lines)
 
 

@@ -7,13 +7,14 @@ sample's rows for offline rooms.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.data import from_bundled_sample, load_gsm8k
-from course_utils.lesson.data_checks import solution_steps
+from course_utils.lesson.data_checks import calculator_notes, check_calculator_notes, solution_steps
 from course_utils.lesson.token_lengths import prompt_token_lengths, rows_with_short_prompts
 from course_utils.training import problem_choice
 
@@ -37,7 +38,9 @@ def training_dataset(
         return _listed_dataset(p, problems)
     if p.max_prompt_tokens is None and p.max_solution_steps is None:
         return problems.select(range(min(p.train_size, len(problems))))
-    problems = problems.select(range(max(len(problems) - p.warm_start_examples, 0)))  # the warm start's rows left out
+    pairs = zip(problems["reasoning"], problems["answer"], strict=True)
+    solutions = [f"{text}\n#### {answer}" for text, answer in pairs]
+    problems = problems.select(range(min(warm_start_rows(p, solutions), default=len(problems))))  # warm start's out
     problems = _within_solution_steps(p, problems)
     if p.max_prompt_tokens is None:
         return problems.select(range(min(p.train_size, len(problems))))
@@ -47,6 +50,32 @@ def training_dataset(
             "pass the tokenizer that counts them, training_dataset(profile, tokenizer=tokenizer)."
         )
     return _short_prompt_dataset(p, problems, tokenizer)
+
+
+def warm_start_rows(p: Profile, solutions: Sequence[str]) -> list[int]:
+    """Which train rows the warm start takes: from the *end* of the split, so GRPO's prompts (from the start) never
+    include them.
+
+    ``warm_start_reasoning="lines"``: the last ``warm_start_examples`` rows. ``"equations"``: walking back from the
+    end, the rows whose calculator notes are right, end on the answer and number at most
+    ``warm_start_reasoning_lines``.
+    """
+    if p.warm_start_reasoning == "lines":
+        return list(range(max(len(solutions) - p.warm_start_examples, 0), len(solutions)))
+    picked: list[int] = []
+    for i in range(len(solutions) - 1, -1, -1):
+        if len(picked) == p.warm_start_examples:
+            break
+        notes = calculator_notes(solutions[i])
+        if len(notes) <= p.warm_start_reasoning_lines and not check_calculator_notes(solutions[i]):
+            picked.append(i)
+    if len(picked) < p.warm_start_examples:
+        raise ValueError(
+            f"Only {len(picked)} train problems have at most {p.warm_start_reasoning_lines} calculator notes that "
+            f"are right and end on the answer; profile {p.name!r} asks for warm_start_examples="
+            f"{p.warm_start_examples}: lower it, raise warm_start_reasoning_lines, or set warm_start_reasoning='lines'."
+        )
+    return picked[::-1]
 
 
 def fit_to_data(p: Profile, train_rows: Any) -> Profile:

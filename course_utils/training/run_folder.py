@@ -67,7 +67,7 @@ RESUME_SETTING_FIELDS = (
     "mask_truncated_completions", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
     "max_grad_norm", "train_size", "max_prompt_tokens", "max_solution_steps", "problem_list", "reward_weights",
     "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs", "warm_start_batch_size",
-    "warm_start_reasoning_lines",
+    "warm_start_reasoning", "warm_start_reasoning_lines",
 )  # fmt: skip
 
 
@@ -350,11 +350,15 @@ def written_aside(folder: Path, what: str, fix: str) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def loading(folder: Path, what: str, fix: str) -> Iterator[None]:
-    """While a saved model loads: a missing, cut-short or garbled file is a ``ValueError`` naming it and the fix."""
+    """While a saved model loads: a missing, cut-short or garbled file, or a ``config.json`` whose shapes its weights
+    do not have (transformers' ``RuntimeError``), is a ``ValueError`` naming it and the fix."""
     try:
         yield
     except (OSError, ValueError, SafetensorError) as exc:
         raise ValueError(f"{what} in {folder} cannot be loaded ({type(exc).__name__}: {exc}). {fix}") from exc
+    except RuntimeError as exc:
+        cause = "its config.json does not match its weights' shapes" if "mismatch" in str(exc) else str(exc)
+        raise ValueError(f"{what} in {folder} cannot be loaded: {cause}. {fix}") from exc
 
 
 # --- Complete checkpoints -----------------------------------------------------------------------------

@@ -23,11 +23,12 @@ from course_utils.core.answer_format import format_answer
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
 from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.data_checks import calculator_notes
 from course_utils.lesson.formatting import build_prompt, extract_hash_answer, extract_reasoning
 from course_utils.lesson.models import saved_model_kind
 from course_utils.training import run_folder
 from course_utils.training.grpo_config import precision_flags
-from course_utils.training.grpo_prompts import fit_to_data
+from course_utils.training.grpo_prompts import fit_to_data, warm_start_rows
 from course_utils.training.lora_setup import make_lora_config
 from course_utils.training.run_folder import WARM_START_DIRNAME
 from course_utils.training.trained_model import WARM_START_MARKER, default_run_dir, warm_start_model_dir
@@ -52,6 +53,16 @@ def warm_start_target(solution: str, reasoning_lines: int = 1) -> str:
     return format_answer(reasoning, extract_hash_answer(solution))
 
 
+def equations_target(solution: str) -> str:
+    """The answer as the worked solution's calculator notes (``48/2=24``), one a line, then the number, in XML.
+
+    Reasoning that holds the computation it answers with, in few tokens (``grpo_prompts.warm_start_rows`` keeps
+    only the solutions whose notes are right and end on the answer).
+    """
+    equations = "\n".join(f"{expression}={value}" for expression, value in calculator_notes(solution))
+    return format_answer(equations, extract_hash_answer(solution))
+
+
 def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path | None = None) -> Any:
     """Prompt/completion pairs for the warm start, taken from the *end* of the train split (no overlap with GRPO's)."""
     p = get_profile(profile)
@@ -64,18 +75,22 @@ def warm_start_dataset(profile: Profile | str | None = None, folder: str | Path 
             f"GSM8K train has {len(raw)} rows, fewer than train_size + warm_start_examples = "
             f"{p.train_size + p.warm_start_examples}: lower one of them, or point GSM8K_DIR at the full data."
         )
-    rows = raw.select(range(len(raw) - p.warm_start_examples, len(raw)))
+    rows = raw.select(warm_start_rows(p, raw["answer"]))
     return Dataset.from_list(
         [
             {
                 "prompt": build_prompt(row["question"]),
-                "completion": [
-                    {"role": "assistant", "content": warm_start_target(row["answer"], p.warm_start_reasoning_lines)}
-                ],
+                "completion": [{"role": "assistant", "content": _target(p, row["answer"])}],
             }
             for row in rows
         ]
     )
+
+
+def _target(p: Profile, solution: str) -> str:
+    if p.warm_start_reasoning == "equations":
+        return equations_target(solution)
+    return warm_start_target(solution, p.warm_start_reasoning_lines)
 
 
 # --- The SFT run -----------------------------------------------------------------------------------
@@ -153,6 +168,7 @@ WARM_START_SETTING_FIELDS = (
     "warm_start_learning_rate",
     "warm_start_epochs",
     "warm_start_batch_size",
+    "warm_start_reasoning",
     "warm_start_reasoning_lines",
     "lora_r",
     "lora_alpha",
