@@ -104,7 +104,7 @@ class Profile:
     tool_max_steps: int | None = None  # GRPO steps of the tool run (None: max_steps)
     tool_learning_rate: float | None = None  # the tool run's GRPO learning rate (None: learning_rate)
     tool_max_completion_length: int | None = None  # tokens of a whole completion, calls and answers included
-    max_tool_calling_iterations: int = 4  # GRPOConfig's: rounds of calls per completion, then it must answer
+    max_tool_calling_iterations: int = 4  # GRPOConfig's: rounds of calls TRL answers; a later call stays unanswered
 
     # Logging and checkpoints: report_to "none" or "tensorboard" (event files in the run folder's runs/)
     logging_steps: int = 1
