@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import operator
 import os
+import re
 import sys
 import time
 from fractions import Fraction
@@ -377,6 +378,20 @@ def per_used_call(completions, answer, **kwargs):  # each used result pays: repe
     return rewards
 
 
+def substring_used(completions, answer, **kwargs):  # "used" as a substring: a result 2 is "in" an answer 12
+    rewards = []
+    for completion, gold in zip(completions, answer, strict=True):
+        messages = [m for m in completion if isinstance(m, dict)] if isinstance(completion, list) else []
+        calls = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+        used = 0
+        for position, message in enumerate(messages):
+            result = message.get("content") if message.get("role") == "tool" else None
+            later = completion_text([m for m in messages[position + 1 :] if m.get("role") == "assistant"])
+            used += isinstance(result, str) and bool(result.strip()) and result.strip() in later
+        rewards.append(0.5 * min(used, calls) / calls if _right(completion, gold) and calls else 0.0)
+    return rewards
+
+
 def reads_first_message(completions, answer, **kwargs):  # notebook 03's classic reading: breaks on junk
     return [0.5 if "tool_calls" in completion[0] else 0.0 for completion in completions]
 
@@ -397,6 +412,7 @@ def one_number(completions, answer, **kwargs):  # a single float for the whole b
         (called_and_right, "a call whose result is never used earns nothing"),
         (errors_count_as_used, "a refused call earns nothing"),
         (per_used_call, "repeating a call earns nothing more"),
+        (substring_used, "a result counts as used only written as a whole number, not as digits inside another"),
         (reads_first_message, "junk completions"),
         (never_pays, "pays for using the tool at all"),
         (one_number, "returns 0.5, a float: a list with one float each"),
@@ -412,9 +428,12 @@ def test_08_3_the_scenarios_are_what_their_names_say(gsm8k_train):
     index, solution, gold = tool_reward_check.tool_rows(gsm8k_train)[0]
     assert index == 0
     scenarios = tool_reward_check.tool_scenarios(solution, gold)
-    assert [_calls(c) for c in scenarios.values()] == [2, 0, 1, 1, 3, 11, 2, 0, 1]  # row 0 has two notes
+    assert [_calls(c) for c in scenarios.values()] == [2, 0, 1, 1, 3, 11, 2, 0, 1, 1]  # row 0 has two notes
     right = [_right(c, gold) for c in scenarios.values()]
-    assert right == [True] * 6 + [False] * 2 + [True]
+    assert right == [True] * 6 + [False] * 2 + [True, True]
+    inside = scenarios[tool_reward_check.DIGITS_INSIDE][1]["content"]
+    assert inside in gold and inside != gold and not re.search(rf"(?<![\d.,]){inside}(?![\d.,])", completion_text(
+        scenarios[tool_reward_check.DIGITS_INSIDE][2:]))  # fmt: skip
     late = scenarios[tool_reward_check.LATE_CALL]
     assert late[2]["content"] in late[0]["content"] and late[2]["content"] not in late[3]["content"]
     assert tool_reward_check.IDLE_RESULT not in completion_text(scenarios["an idle call, right answer"][2:])

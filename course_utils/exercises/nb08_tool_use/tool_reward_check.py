@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,8 @@ TOOL_REWARD = "08.3 tool-use reward"
 
 TOOL_REWARD_HINT = (
     "read the final answer from the last assistant message; pay nothing unless it matches the gold answer; then "
-    "pay one fixed bonus when some tool result (a tool message's content that is text, not an error) appears in "
-    "an assistant message after it"
+    "pay one fixed bonus when some tool result (a tool message's content that is a number, not an error's text) is "
+    "written as a whole number (not as digits inside another: 2 is not in 12) in an assistant message after it"
 )
 
 
@@ -52,6 +53,19 @@ def _wrong(text: str, gold: str) -> str:
 
 
 LATE_CALL = "a call after the text that wrote its result, right answer"
+DIGITS_INSIDE = "an idle call whose result is digits inside the answer, right answer"
+
+
+def _digits_inside(text: str, gold: str) -> str | None:
+    """A run of ``gold``'s digits that the text never writes as a number of its own (``2`` inside ``12``), or None."""
+    written = set(re.findall(r"\d[\d,]*(?:\.\d+)?", text))
+    written = {n.replace(",", "") for n in written}
+    digits = gold.lstrip("-")
+    runs = [digits[i:j] for i in range(len(digits)) for j in range(i + 1, len(digits) + 1)]
+    for run in runs[:-1] if len(digits) > 1 else []:  # the whole answer aside
+        if run.isdigit() and not run.startswith("0") and run not in written:
+            return run
+    return None
 
 
 def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
@@ -64,7 +78,8 @@ def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
     text = "".join(str(message["content"]) for message in trace.messages)
     final = trace.messages[-1]
     idle = [_call_turn(IDLE_EXPRESSION), _tool_turn(IDLE_RESULT)]
-    refused = [_call_turn("48 // 2"), _tool_turn({"error": "only numbers, + - * / ** and parentheses are allowed"})]
+    refusal = {"error": "only numbers, + - * / ** and parentheses are allowed"}
+    refused = [_call_turn("48 // 2"), _tool_turn(str(refusal))]  # TRL writes the error's dict as text
     first_call = [{**trace.messages[0], "content": ""}, trace.messages[1]]
     scenarios = {
         "used calls, right answer": trace.messages,
@@ -76,6 +91,9 @@ def tool_scenarios(solution: str, gold: str) -> dict[str, list[dict[str, Any]]]:
         "used calls, wrong answer": [*trace.messages[:-1], {**final, "content": _wrong(final["content"], gold)}],
         "no call, wrong answer": [{"role": "assistant", "content": _wrong(text, gold)}],
     }
+    if inside := _digits_inside(text, gold):  # its result is a run of the answer's digits, never a number written
+        plain = scenarios["no call, right answer"]
+        scenarios[DIGITS_INSIDE] = [_call_turn(f"{inside}+0"), _tool_turn(inside), *plain]
     if late := _late_call(trace.messages, gold):  # its result is in the text before it, never after
         answer_only = {"role": "assistant", "content": f"<answer>\n{gold}\n</answer>"}
         scenarios[LATE_CALL] = [{"role": "assistant", "content": text}, *late, answer_only]
@@ -99,6 +117,8 @@ TOOL_RULES: tuple[tuple[str, str, str, str], ...] = (
     ("the first call made 10 times, right answer", "<=", "used calls, right answer",
      "repeating a call earns nothing more"),
     ("used calls, wrong answer", "<=", "no call, wrong answer", "calls do not pay when the answer is wrong"),
+    (DIGITS_INSIDE, "<=", "no call, right answer",
+     "a result counts as used only written as a whole number, not as digits inside another"),
     (LATE_CALL, "<=", "no call, right answer",
      "a result counts as used only when an assistant turn after the call writes it"),
 )
