@@ -88,6 +88,29 @@ def test_the_traces_hold_prompt_calls_and_the_tools_schema(gsm8k_env, smollm2_to
     assert rows == sorted(rows) and rows[-1] < 7473
 
 
+def test_the_warm_start_on_traces_learns_the_assistants_turns_only(gsm8k_env, smollm2_tokenizer, tmp_path, monkeypatch):
+    """SFT's completion mask covers the tool's answers too; the warm start on traces sets ``assistant_only_loss``, so
+    the calculator's results carry no loss (as GRPO's ``tool_mask`` leaves them out) and the calls do."""
+    from course_utils.lesson.models import build_tiny_random_model
+    from course_utils.training.warm_start import has_tool_turns, warm_start_settings, warm_start_trainer
+
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    profile = get_profile("ci").override(tool_warm_start_examples=2)
+    traces = trace_dataset(profile, tokenizer)
+    assert has_tool_turns(traces.to_list()) and warm_start_settings(profile, traces)["assistant_only_loss"]
+    assert not has_tool_turns([{"completion": [{"role": "assistant", "content": "<answer>\n3\n</answer>"}]}])
+    model = build_tiny_random_model(vocab_size=len(tokenizer), hidden_size=16, num_layers=1)
+    monkeypatch.chdir(tmp_path)  # the trainer's output folder (nothing is saved)
+    trainer = warm_start_trainer(model, tokenizer, profile, traces)
+    row = trainer.train_dataset[0]
+    pairs = list(zip(row["input_ids"], row["labels"], strict=True))
+    learned = tokenizer.decode([token for token, label in pairs if label != -100])
+    left_out = tokenizer.decode([token for token, label in pairs if label == -100])
+    results = [m["content"] for m in traces[0]["completion"] if m["role"] == "tool"]
+    assert results and "<tool_call>" in learned and "<answer>" in learned and "<tool_response>" not in learned
+    assert all(f"<tool_response>\n{result}\n</tool_response>" in left_out for result in results), left_out
+
+
 def test_trace_rows_refuse_a_profile_without_traces_or_with_too_many(gsm8k_env, smollm2_tokenizer):
     tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
     with pytest.raises(ValueError, match="no traces"):

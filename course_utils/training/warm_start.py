@@ -186,7 +186,18 @@ def warm_start_settings(profile: Profile | str | None, dataset: Any) -> dict[str
     rows = dataset.to_list() if hasattr(dataset, "to_list") else list(dataset)
     digest = hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
     fields = {name: getattr(p, name) for name in WARM_START_SETTING_FIELDS}
-    return json.loads(json.dumps({**fields, "training_dtype": p.training_dtype, "examples_sha256": digest}))
+    made = {"training_dtype": p.training_dtype, "examples_sha256": digest, "assistant_only_loss": has_tool_turns(rows)}
+    return json.loads(json.dumps({**fields, **made}))
+
+
+def has_tool_turns(rows: Any) -> bool:
+    """Whether an example's completion holds a ``tool`` turn: then the warm start learns the assistant's turns only.
+
+    Why: SFT's completion mask covers the whole completion, so on a tool trace the model would also learn to write
+    the calculator's answers itself; ``assistant_only_loss`` leaves them out, as GRPO's ``tool_mask`` does.
+    """
+    return any(isinstance(message, dict) and message.get("role") == "tool"
+               for row in rows for message in (row.get("completion") or []))  # fmt: skip
 
 
 def saved_warm_start_settings(folder: str | Path) -> dict[str, Any] | None:
@@ -224,6 +235,18 @@ def load_saved_warm_start(folder: str | Path, dtype: Any, required: bool = False
         return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
 
 
+def warm_start_trainer(model: Any, tokenizer: Any, profile: Profile, dataset: Any) -> Any:
+    """The warm start's ``SFTTrainer``: LoRA in every layer, the loss on the assistant's turns of tool traces only."""
+    rows = dataset.to_list() if hasattr(dataset, "to_list") else list(dataset)
+    return SFTTrainer(
+        model=model,
+        args=make_sft_config(profile, assistant_only_loss=has_tool_turns(rows)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=warm_start_lora_config(profile, model),
+    )
+
+
 def warm_start(
     model: Any,
     tokenizer: Any,
@@ -251,13 +274,7 @@ def warm_start(
             print(f"reusing the warm start from {folder} (same settings)")
             return load_saved_warm_start(folder, model.dtype)
         print(f"the warm start in {folder} was made with other settings ({'; '.join(changes)}): rebuilding it")
-    trainer = SFTTrainer(
-        model=model,
-        args=make_sft_config(p),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=warm_start_lora_config(p, model),
-    )
+    trainer = warm_start_trainer(model, tokenizer, p, dataset)
     with speedups.enabled(trainer, profile=p):
         trainer.train()
     return finish_warm_start(trainer, folder, settings)
