@@ -146,7 +146,17 @@ def test_monitor_names_a_collapse_when_format_saturates_and_completions_shrink()
 
 
 def test_monitor_names_a_collapse_when_groups_stop_differing() -> None:
-    assert collapse_codes(history([40.0] * 20, zero_std=0.8)) == ["collapse"]
+    logs = history([40.0] * 20, zero_std=0.8)
+    for entry in logs[:10]:  # the format rewards climbed: the run learned the tags
+        entry |= dict.fromkeys(monitoring.FORMAT_REWARD_MAX, 0.1)
+    assert collapse_codes(logs) == ["collapse"]
+
+
+def test_a_run_that_started_with_the_format_and_kept_its_lengths_has_no_signal_not_a_collapse() -> None:
+    """A warm start that always writes the format: many groups alike, from the start; the monitor says so."""
+    logs = history([40.0] * 20, zero_std=0.8)
+    assert collapse_codes(logs) == []
+    assert "zero_std_high" in [f.code for f in monitoring.monitor(logs)]
 
 
 @pytest.mark.parametrize(

@@ -239,10 +239,13 @@ def _check_collapse(logs: list[dict[str, Any]]) -> list[Finding]:
     if correct is None or length is None or any(f is None for f in formats.values()):
         return []
     saturated = all(f[1] >= THRESHOLDS["format_saturated"] * FORMAT_REWARD_MAX[k] for k, f in formats.items())
+    learned_tags = not all(f[0] >= THRESHOLDS["format_saturated"] * FORMAT_REWARD_MAX[k] for k, f in formats.items())
     flat = correct[1] - correct[0] < THRESHOLDS["correct_gain"] * CORRECT_REWARD
     shrank = length[1] < THRESHOLDS["collapse_length_ratio"] * length[0]
     no_signal = (_fifths(logs, "frac_reward_zero_std") or (0.0, 0.0))[1] > THRESHOLDS["zero_std_high"]
-    if not (saturated and flat and (shrank or no_signal)):
+    # Groups alike count only in a run that climbed to the format: one that started there (a warm start that always
+    # writes it) and kept its lengths has no signal to learn from (zero_std_high), which is not a collapse
+    if not (saturated and flat and (shrank or (no_signal and learned_tags))):
         return []
     zero_std = _fifths(logs, "frac_reward_zero_std")
     groups = f", {zero_std[1]:.0%} of the groups without signal" if zero_std else ""
