@@ -21,17 +21,21 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from course_utils import cpu_speed
+from course_utils.core.hardware import machine_summary
 from course_utils.core.paths import repo_root
 from course_utils.core.profiles import get_profile
 from course_utils.evaluation.curves import load_warm_start_model
 from course_utils.evaluation.heldout import evaluate_model, heldout_set, load_for_evaluation
 from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
-from course_utils.evaluation.variant_tables import logged_completions
+from course_utils.evaluation.variant_tables import logged_completions, recorded_folder
 from course_utils.training import lab, monitoring
 from course_utils.training.collapse import collapse_report, first_fifth, last_fifth
 from course_utils.training.grpo_prompts import training_dataset
@@ -49,7 +53,38 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sampled-problems", type=int, default=50, help="held-out problems, sampled")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a profile field changed")
     parser.add_argument("--grpo", action="append", default=[], metavar="FIELD=VALUE", help="a GRPOConfig field changed")
+    parser.add_argument("--record", nargs=2, metavar=("KEPT_RUN", "NAME"),
+                        help="instead of running: write a kept run (build/collapse/<label>/seed_<n>) into "
+                             f"notebook 06's {COLLAPSE_LOGS_CSV}, {COLLAPSE_COMPLETIONS_CSV} as NAME")  # fmt: skip
     return parser.parse_args()
+
+
+COLLAPSE_LOGS_CSV = "collapse_logs.csv"
+COLLAPSE_COMPLETIONS_CSV = "collapse_completions.csv"
+LOG_COLUMNS = ("step", "reward", "reward_std", "frac_reward_zero_std", "completions/mean_length", "kl",
+               "rewards/correctness_reward_func/mean", "rewards/int_reward_func/mean",
+               "rewards/strict_format_reward_func/mean", "rewards/soft_format_reward_func/mean",
+               "rewards/xmlcount_reward_func/mean")  # fmt: skip
+
+
+def record(kept: Path, name: str) -> None:
+    """Notebook 06's recorded runs: every logged step, and the completions of the first and last fifth of the steps,
+    of the kept run under ``name`` (its earlier rows under that name replaced)."""
+    logs = pd.read_csv(kept / "log_history.csv")
+    facts = machine_summary()
+    machine = f"{facts['machine_cpu']} ({facts['machine_cpu_family_model']}), {facts['machine_cores']} cores, " \
+              f"{facts['cpu_precision_path']} path"  # fmt: skip
+    logs = logs[logs["reward"].notna()].reindex(columns=LOG_COLUMNS).assign(run=name, machine=machine)
+    frame = logged_completions(kept)
+    steps = list(frame["step"])
+    fifths = [("first fifth" if first else "last fifth") if first or last else None
+              for first, last in zip(first_fifth(steps), last_fifth(steps), strict=True)]  # fmt: skip
+    completions = frame.assign(window=fifths).dropna(subset=["window"])[["step", "window", "prompt", "completion"]]
+    for rows, filename in ((logs, COLLAPSE_LOGS_CSV), (completions.assign(run=name), COLLAPSE_COMPLETIONS_CSV)):
+        path = recorded_folder() / filename
+        earlier = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["run"])
+        pd.concat([earlier[earlier["run"] != name], rows], ignore_index=True).to_csv(path, index=False)
+        print(f"{path}: {len(rows)} rows of run {name!r}")
 
 
 def field_values(pairs: list[str]) -> dict[str, Any]:
@@ -142,6 +177,9 @@ def collapse_lines(seed: int, run_dir: Any, tokenizer: Any, log_history: Any) ->
 
 def main() -> None:
     args = parse_args()
+    if args.record:
+        record(Path(args.record[0]), args.record[1])
+        return
     changes, grpo_changes = field_values(args.set), field_values(args.grpo)
     profile = get_profile(args.profile).override(**changes) if changes else get_profile(args.profile)
     seeds = [int(s) for s in args.seeds.split(",")]

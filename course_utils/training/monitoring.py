@@ -214,8 +214,10 @@ FORMAT_REWARD_MAX = {
 }
 COLLAPSE_FIX = (
     "this is a collapse, not convergence: read the completions (training.collapse.collapse_report on the ones "
-    "logged with log_completions=True). The format rewards pay a bare number in tags: move the weight to "
-    "correctness (notebook 03's sliders), lower the learning rate, or stop earlier (make bench-collapse measures "
+    "logged with log_completions=True). The format rewards pay a bare number in tags, and a warm start that reasons "
+    "only some of the time lets GRPO drift to it: warm-start on reasoning the answer follows from "
+    "(warm_start_reasoning='equations') until it writes it nearly every time (warm_start_epochs); a lower learning "
+    "rate or weights on correctness alone did not prevent it (notebook 06, section 9; make bench-collapse measures "
     "a change seed by seed)"
 )
 
