@@ -389,7 +389,7 @@ def test_04_3_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
     "changes",
     [
         {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 8},  # the same batch in smaller passes
-        {"max_steps": 4, "num_train_epochs": 1.0},  # the same 4 steps, said differently
+        {"max_steps": 12, "num_train_epochs": 1.0},  # the cpu profile's 12 steps (3 epochs of 4), said differently
         {"learning_rate": 5e-4, "max_length": 1024, "report_to": "none", "completion_only_loss": True},
     ],
 )
@@ -403,8 +403,8 @@ def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer
     ("changes", "named"),
     [
         ({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}, "per_device_train_batch_size=8"),
-        ({"num_train_epochs": 3.0}, "12 optimizer steps"),
-        ({"gradient_accumulation_steps": 1}, "16 optimizer steps"),  # batch 2: four times the steps
+        ({"num_train_epochs": 1.0}, "4 optimizer steps"),  # one epoch of the three
+        ({"gradient_accumulation_steps": 1}, "48 optimizer steps"),  # batch 2: four times the steps
         ({"max_steps": 100}, "100 optimizer steps"),
         ({"max_length": 64}, "max_length=64 cuts the longest warm-start example"),
         ({"bf16": True}, "bf16=True on this CPU"),

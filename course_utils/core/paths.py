@@ -102,6 +102,7 @@ BENCH_FILES = {
     ),
     "results_tools": "make bench-tools",
     "results_levers": "make bench-levers",
+    "results_collapse": "make bench-collapse",
 }
 
 

@@ -228,7 +228,13 @@ PROFILES: dict[str, Profile] = {
         logging_steps=1,
         save_steps=10,
         train_size=256,
-        warm_start_examples=32,  # 4 SFT steps: the format sometimes, not always (see notebook 04)
+        # The warm start reasons in the worked solutions' equations, for 12 SFT steps (3 epochs of 32): reasoning
+        # nearly every time, right answers sometimes. One epoch reasoned in a third of the completions, and GRPO then
+        # collapsed to a bare number in tags (make bench-collapse; notebook 06 shows both runs)
+        warm_start_examples=32,
+        warm_start_reasoning="equations",
+        warm_start_reasoning_lines=4,
+        warm_start_epochs=3.0,
         warm_start_learning_rate=1e-3,
         lr_scheduler_type="constant",
         eval_size=50,

@@ -164,6 +164,16 @@ def trace_dataset(profile: Profile | str | None, tokenizer: Any, folder: str | P
 # --- GRPO with the tool ----------------------------------------------------------------------------------
 
 
+TOOL_WARM_START_EPOCHS = 1.0  # one pass over the traces: the recipe make bench-tools measured
+
+
+def tool_warm_start_profile(profile: Profile | str | None = None) -> Profile:
+    """The profile as the warm start on traces reads it: ``tool_warm_start_examples`` traces, one epoch (notebook
+    04's warm start trains longer, on targets a fifth as long)."""
+    p = get_profile(profile)
+    return p.override(warm_start_examples=p.tool_warm_start_examples, warm_start_epochs=TOOL_WARM_START_EPOCHS)
+
+
 def tool_run_profile(profile: Profile | str | None = None) -> Profile:
     """The profile as the tool run reads it: its ``tool_*`` steps, rate and length in place of notebook 04's."""
     p = get_profile(profile)
@@ -304,9 +314,8 @@ def run_tool_lab(
     if p.tool_warm_start_examples:
         first_trace_row = trace_rows(p, tokenizer)[0]
         traces = trace_dataset(p, tokenizer)
-        warm = p.override(warm_start_examples=p.tool_warm_start_examples)
-        model = warm_start(model, tokenizer, warm, dataset=traces, cache=tool_run_dir(p) / WARM_START_DIRNAME / "model",
-                           speedups=speedups)  # fmt: skip
+        cache = tool_run_dir(p) / WARM_START_DIRNAME / "model"
+        model = warm_start(model, tokenizer, tool_warm_start_profile(p), dataset=traces, cache=cache, speedups=speedups)
     warm_seconds = time.perf_counter() - started
     dataset = tool_training_dataset(p, tokenizer, first_trace_row)
     trainer = build_tool_trainer(model, tokenizer, p, dataset, config, callbacks)

@@ -1,10 +1,11 @@
 """The warm start: a short supervised "cold start" with TRL's ``SFTTrainer`` before GRPO (as DeepSeek-R1 does).
 
 A small model that never writes the XML format earns reward 0 on every completion: every group has the
-same reward, every advantage is 0, and GRPO has nothing to learn from. A few SFT steps on short targets
-(``warm_start_target``) taken from the end of the train split (``warm_start_dataset``, never a GRPO
-prompt) make the format appear *sometimes*, so groups have winners and losers. ``warm_start`` runs them
-and returns a plain model (the LoRA adapter merged back) for GRPO to start its own adapter on.
+same reward, every advantage is 0, and GRPO has nothing to learn from. A few SFT steps on short targets taken
+from the end of the train split (``warm_start_dataset``, never a GRPO prompt) teach the format, and with
+``equations_target`` reasoning the answer follows from: then the answers, right only sometimes, are what differs
+inside a group. ``warm_start`` runs them and returns a plain model (the LoRA adapter merged back) for GRPO to start
+its own adapter on.
 """
 
 from __future__ import annotations

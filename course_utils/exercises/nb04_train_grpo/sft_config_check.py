@@ -59,8 +59,8 @@ def sft_config_problems(config: Any, profile: Profile, tokenizer: Any = None) ->
     if yours != wanted:
         problems.append(f"{yours} optimizer steps (batch {micro} x {accumulation}, {config.num_train_epochs} epochs"
                         f"{f', max_steps {config.max_steps}' if config.max_steps > 0 else ''}), the profile's warm "
-                        f"start takes {wanted}: more steps teach the format every time (GRPO then has nothing to "
-                        "compare), fewer may not teach it")
+                        f"start takes {wanted}: fewer leave the reasoning to chance (GRPO then drifts to a bare "
+                        "number in tags, notebook 06's collapse), more copy the few examples word for word")
     wanted_steps = max(wanted, 1)
     if rate := rate_problem("learning_rate", config.learning_rate, profile.warm_start_learning_rate, wanted_steps):
         problems.append(f"{rate} (the warm start's rate, profile.warm_start_learning_rate)")
