@@ -574,7 +574,7 @@ def tiny_warm_start(monkeypatch, tmp_path):
 
     trained: list[int] = []
     monkeypatch.setattr(warm, "SFTTrainer", fake_sft_trainer(trained))
-    monkeypatch.setattr(warm, "make_sft_config", lambda profile: None)
+    monkeypatch.setattr(warm, "make_sft_config", lambda profile, **overrides: None)
     monkeypatch.setattr(warm, "warm_start_lora_config", lambda profile, model: None)
     folder = tmp_path / "warm_start" / "model"
 
