@@ -345,15 +345,23 @@ def wait_cells_done(page: Page, count: int | None, timeout_s: float) -> None:
 
 
 def save_notebook(page: Page, path: Path, timeout_s: float = 60.0) -> dict[str, Any]:
-    """File > Save Notebook, wait until the file on disk changes, and return it as JSON."""
+    """File > Save Notebook, wait until the file on disk changes and parses, and return it as JSON.
+
+    The server writes the file in place, so a read can land between the truncation and the last byte:
+    the file counts as saved once it has changed and reads as complete JSON.
+    """
     before = path.stat().st_mtime_ns
     run_menu_item(page, "File", "Save( Notebook)?")
     deadline = time.monotonic() + timeout_s
-    while path.stat().st_mtime_ns == before:
+    while True:
+        if path.stat().st_mtime_ns != before:
+            try:
+                return json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                pass
         if time.monotonic() > deadline:
-            raise BrowserTestError(f"File > Save did not write {path.name} within {timeout_s:.0f} s")
+            raise BrowserTestError(f"File > Save did not write a complete {path.name} within {timeout_s:.0f} s")
         page.wait_for_timeout(POLL_S * 1000)
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def output_text(output: dict[str, Any]) -> str:
