@@ -41,6 +41,7 @@ from course_utils.training.collapse import collapse_report, first_fifth, last_fi
 from course_utils.training.grpo_prompts import training_dataset
 
 SAMPLES = 8
+LAB_SAMPLES = 16  # the lab's 20 problems: 16 samples each, so the paired interval is not mostly sampling noise
 SAMPLE_SEED = 1  # fresh draws, as bench_heldout's
 SPEEDUPS = cpu_speed  # the CPU plug-in (appendix 99): the same training and samples, faster
 
@@ -114,8 +115,8 @@ def run_label(args: argparse.Namespace) -> str:
     return re.sub(r"[^A-Za-z0-9.=,-]+", "_", "+".join(args.set + args.grpo)) or "as-defined"
 
 
-def sampled(model: Any, tokenizer: Any, problems: Any, profile: Any) -> dict:
-    return evaluate_sampled(model, tokenizer, problems, samples=SAMPLES, ks=(1,), prompts_per_batch=4,
+def sampled(model: Any, tokenizer: Any, problems: Any, profile: Any, samples: int = SAMPLES) -> dict:
+    return evaluate_sampled(model, tokenizer, problems, samples=samples, ks=(1,), prompts_per_batch=4,
                             max_new_tokens=profile.max_completion_length, temperature=profile.temperature,
                             seed=SAMPLE_SEED, speedups=SPEEDUPS)  # fmt: skip
 
@@ -131,7 +132,7 @@ def evaluate(model: Any, tokenizer: Any, sets: Mapping[str, Any], profile: Any) 
         return {
             "greedy": greedy(model, tokenizer, sets["greedy"], profile),
             "heldout": sampled(model, tokenizer, sets["sampled"], profile) if len(sets["sampled"]) else None,
-            "lab": sampled(model, tokenizer, sets["lab"], profile),
+            "lab": sampled(model, tokenizer, sets["lab"], profile, LAB_SAMPLES),
         }
 
 

@@ -12,7 +12,7 @@ the ones solved sometimes to ``data/problem_lists/<profile>.json`` (``training.p
 profile's ``problem_list`` names. The list and the output record how they were made.
 
     python scripts/choose_problems.py --profile cpu --per-bucket 24 --output benchmarks/problem_choice.txt
-    python scripts/choose_problems.py --profile cpu --screen 200 --output benchmarks/problem_screen.txt
+    python scripts/choose_problems.py --profile cpu-long --screen 1000 --samples 4
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_list_names_are_file_stems(bad):
 
 
 def test_a_missing_list_names_the_known_ones():
-    with pytest.raises(FileNotFoundError, match=r"known lists: .*'cpu'.*choose_problems.py --screen"):
+    with pytest.raises(FileNotFoundError, match=r"known lists: .*'cpu-long'.*choose_problems.py --screen"):
         problem_choice.load_problem_list("no-such-list")
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from course_utils.core import hardware, profiles
 from course_utils.core.profiles import PROFILES, UnknownProfileError, describe_profile, get_profile, profiles_table
+from course_utils.training.grpo_config import make_grpo_config
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -113,3 +114,11 @@ def test_new_fields_default_to_the_old_behaviour():
         profile = get_profile(name)
         assert profile.report_to == "none" and not profile.mask_truncated_completions
     assert get_profile("gpu").use_vllm and 0 < get_profile("gpu").vllm_gpu_memory_utilization < 1
+
+
+def test_scale_rewards_takes_grpo_configs_choices_and_reaches_the_config(tmp_path):
+    with pytest.raises(ValueError, match=r"scale_rewards.*'group', 'batch', 'none'"):
+        get_profile("ci").override(scale_rewards="std")
+    for choice in ("group", "batch", "none"):
+        config = make_grpo_config(get_profile("ci").override(scale_rewards=choice), tmp_path / choice)
+        assert config.scale_rewards == choice

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from course_utils.core.profiles import get_profile
 from course_utils.evaluation import variants
 from course_utils.evaluation.reward_hack import hack_rewards
 from course_utils.evaluation.variant_tables import GDPO_TABLE, logged_completions, table_files
@@ -23,6 +24,16 @@ def test_every_variant_is_a_real_grpo_config(tmp_path):
         config = make_grpo_config("ci", tmp_path / name, **fields)
         for field, value in fields.items():
             assert getattr(config, field) == value, (name, field)
+
+
+def test_a_variant_scales_rewards_as_trl_does_unless_it_names_its_own_scale(tmp_path):
+    assert get_profile("cpu").scale_rewards == "none"  # the lab's own choice, which the variants must not inherit
+    for name, fields in variants.VARIANTS.items():
+        config = variants.variant_config("cpu", tmp_path / name, fields, seed=3, max_steps=5)
+        assert config.scale_rewards == fields.get("scale_rewards", "group"), name
+        assert (config.seed, config.max_steps, config.save_strategy) == (3, 5, "no"), name
+    hacked = variants.variant_config("ci", tmp_path / "hack", {}, reward_weights=[1.0, 0.5])
+    assert hacked.reward_weights == [1.0, 0.5]
 
 
 def test_no_variant_has_a_preflight_error_and_the_off_policy_ones_are_off_policy(tmp_path):

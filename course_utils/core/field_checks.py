@@ -23,6 +23,7 @@ PROFILE_CHOICES: Mapping[str, tuple[Any, ...]] = types.MappingProxyType(
         "train_dtype": (None, "auto", "float32", "float16", "bfloat16"),
         "report_to": ("none", "tensorboard", "trackio"),
         "warm_start_reasoning": ("lines", "equations"),
+        "scale_rewards": ("group", "batch", "none"),
     }
 )
 

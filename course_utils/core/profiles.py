@@ -75,6 +75,10 @@ class Profile:
     problem_list: str | None = None
     # A lesson.rewards preset ("initial": each reward as it returns) or one multiplier per reward
     reward_weights: str | tuple[float, ...] = "initial"
+    # How a group's rewards become advantages (GRPOConfig's scale_rewards): "group" divides by the group's standard
+    # deviation (TRL's default), "none" keeps the rewards' own scale, so a group that differs only by a format
+    # reward's hundredths gets hundredths, not the advantages of a right answer
+    scale_rewards: str = "group"
 
     # The warm start (SFT before GRPO) and the optimiser
     warm_start_examples: int = 0
@@ -222,12 +226,16 @@ PROFILES: dict[str, Profile] = {
         # parts_reference_share lines; its effect: make bench-heldout's cpu_lab_kl_per_step
         beta=0.04,
         # The problems the warm start solves sometimes, screened from every short-prompt problem (scripts/
-        # choose_problems.py): 37, so 40 steps see each about once; the 12 of the 200-problem screen (cpu.json),
-        # seen three times each, left the held-out interval across 0 at this rate (make bench-heldout)
+        # choose_problems.py), the first 20 of them: 40 steps see each twice, and a right answer found on the first
+        # visit is there to be reinforced on the second. On all 61, seen once each, the lab's own pass@1 did not
+        # rise (make bench-collapse)
         problem_list="cpu-long",
         logging_steps=1,
         save_steps=10,
-        train_size=256,
+        train_size=20,
+        # Advantages at the rewards' own scale: in the many groups where every answer is wrong, only the format
+        # rewards' small differences remain, and dividing them by their tiny std made them as loud as a right answer
+        scale_rewards="none",
         # The warm start reasons in the worked solutions' equations, for 12 SFT steps (3 epochs of 32): reasoning
         # nearly every time, right answers sometimes. One epoch reasoned in a third of the completions, and GRPO then
         # collapsed to a bare number in tags (make bench-collapse; notebook 06 shows both runs)
@@ -324,6 +332,7 @@ PROFILES["cpu-long"] = replace(
     max_steps=160,
     learning_rate=2e-4,  # the gentler rate its held-out curve was measured at, over four times the steps
     save_steps=40,
+    train_size=256,  # every problem of its list: 160 steps see each of the 61 two or three times
 )
 
 

@@ -52,6 +52,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # each reward normalised within its group first, then the weighted sum (scale_rewards does not apply)
     "gdpo": {"loss_type": "dapo", "multi_objective_aggregation": "normalize_then_sum"},
 }
+# Each variant changes TRL's defaults, not the lab's choices: a profile's scale_rewards ("none" in the cpu lab) gives
+# way to TRL's "group" unless the variant names its own
+VARIANT_BASE: dict[str, Any] = {"scale_rewards": "group"}
 # How much each profile runs live in notebook 07 (the full table comes from scripts/variants.py).
 LIVE_PLAN: dict[str, dict[str, Any]] = {
     # ci: a masked loss, an off-policy sequence-level one and GDPO's per-reward normalisation (TRL's distinct paths;
@@ -115,6 +118,33 @@ def variant_fields(name: str) -> dict[str, Any]:
     return dict(VARIANTS[name])
 
 
+def variant_config(
+    profile: Profile | str | None,
+    run_dir: Path,
+    fields: Mapping[str, Any],
+    *,
+    seed: int = 0,
+    max_steps: int | None = None,
+    log_completions: bool = False,
+    reward_weights: Sequence[float] | None = None,
+) -> Any:
+    """The ``GRPOConfig`` of one variant run: the profile's config on ``VARIANT_BASE``, then the variant's fields."""
+    p = get_profile(profile)
+    overrides: dict[str, Any] = {
+        **VARIANT_BASE,
+        "seed": seed,
+        "max_steps": max_steps or p.max_steps,
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "log_completions": log_completions,
+        "num_completions_to_print": 1,  # TRL's live table, one completion a step: the logged files keep them all
+        **fields,
+    }
+    if reward_weights is not None:
+        overrides["reward_weights"] = list(reward_weights)
+    return make_grpo_config(p, run_dir, **overrides)
+
+
 class StartingPoint(NamedTuple):
     """What every run of one profile shares: the warm-started model (copied per run), its tokenizer, the prompts."""
 
@@ -176,18 +206,8 @@ def run_variant(
         model = start.model
     else:
         model = copy.deepcopy(start.model)  # every run trains its own copy of the shared start
-    overrides: dict[str, Any] = {
-        "seed": seed,
-        "max_steps": max_steps or p.max_steps,
-        "save_strategy": "no",
-        "logging_steps": 1,
-        "log_completions": log_completions,
-        "num_completions_to_print": 1,  # TRL's live table, one completion a step: the logged files keep them all
-        **fields,
-    }
-    if reward_weights is not None:
-        overrides["reward_weights"] = list(reward_weights)
-    config = make_grpo_config(p, run_dir, **overrides)
+    config = variant_config(p, run_dir, fields, seed=seed, max_steps=max_steps, log_completions=log_completions,
+                            reward_weights=reward_weights)  # fmt: skip
     trainer = build_trainer(model, start.tokenizer, p, start.dataset, config, reward_funcs=reward_funcs)
     with speedups.enabled(trainer, profile=p):
         trainer.train()

@@ -30,6 +30,7 @@ CONFIG_FIELD_NOTES: dict[str, str] = {
     "beta": "KL coefficient against the reference model (0.0: no reference model is loaded)",
     "loss_type": "how token losses are averaged (TRL's default 'dapo')",
     "reward_weights": "multipliers of each reward before they are summed",
+    "scale_rewards": "advantages divided by the group's reward std ('group') or kept at the rewards' scale ('none')",
     "activation_checkpointing": "gradient checkpointing (its transformers 5 name): less memory, ~30% slower",
     "bf16": "bfloat16 mixed precision (Ampere+ GPUs, modern CPUs)",
     "fp16": "float16 mixed precision (T4 and older GPUs)",

@@ -150,6 +150,7 @@ def grpo_config_kwargs(profile: Profile | str | None = None, output_dir: str | P
         "beta": p.beta,  # KL coefficient; 0.0 = no reference model (less memory, faster)
         "loss_type": "dapo",
         "reward_weights": resolve_reward_weights(p.reward_weights),
+        "scale_rewards": p.scale_rewards,
         # Speed and memory
         "activation_checkpointing": p.gradient_checkpointing,  # transformers 5 name of gradient_checkpointing
         **precision_flags(p),

@@ -66,6 +66,7 @@ RESUME_SETTING_FIELDS = (
     "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
     "mask_truncated_completions", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
     "max_grad_norm", "train_size", "max_prompt_tokens", "max_solution_steps", "problem_list", "reward_weights",
+    "scale_rewards",
     "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs", "warm_start_batch_size",
     "warm_start_reasoning", "warm_start_reasoning_lines",
 )  # fmt: skip
