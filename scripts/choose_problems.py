@@ -11,8 +11,14 @@ With ``--screen N`` it draws a group for each of the first N problems the lab wo
 the ones solved sometimes to ``data/problem_lists/<profile>.json`` (``training.problem_choice``): the list that a
 profile's ``problem_list`` names. The list and the output record how they were made.
 
+With ``--rescreen`` it draws ``--samples`` again for each problem of the profile's list and writes the list back,
+each problem's right samples counted over both screens, most often solved first: a few samples per problem find the
+candidates cheaply, more of them measure each rate, and a profile that trains on the first ``train_size`` of the
+list then trains on the problems whose groups most often hold a right answer.
+
     python scripts/choose_problems.py --profile cpu --per-bucket 24 --output benchmarks/problem_choice.txt
     python scripts/choose_problems.py --profile cpu-long --screen 1000 --samples 4
+    python scripts/choose_problems.py --profile cpu-long --rescreen --samples 16
 """
 
 from __future__ import annotations
@@ -49,7 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=None, help="also write the lines to this file")
     parser.add_argument("--screen", type=int, default=None, metavar="N",
                         help="draw a group for each of the first N lab problems; list those solved sometimes")
-    return parser.parse_args(argv)
+    parser.add_argument("--rescreen", action="store_true",
+                        help="draw --samples again for each problem of the profile's list; most often solved first")
+    args = parser.parse_args(argv)
+    if args.rescreen and args.screen:
+        parser.error("--screen N makes a list and --rescreen measures an existing one again: give one of them")
+    return args
 
 
 def bucketed_problems(dataset: object, steps: list[int], per_bucket: int) -> dict[int, list[int]]:
@@ -90,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"samples": args.samples, "ks": (1, args.samples), "prompts_per_batch": max(1, 32 // args.samples),
                 "max_new_tokens": args.max_new_tokens or profile.max_completion_length,
                 "temperature": profile.temperature, "seed": args.seed}  # fmt: skip
-    lines += screen(profile, args.screen, settings, made_by) if args.screen else by_steps(profile, args, settings)
+    if args.rescreen:
+        lines += rescreen(profile, settings, made_by)
+    else:
+        lines += screen(profile, args.screen, settings, made_by) if args.screen else by_steps(profile, args, settings)
     if args.output:
         args.output.write_text("\n".join(lines) + "\n")
     return 0
@@ -130,6 +144,30 @@ def screen(profile: Profile, count: int, settings: dict[str, Any], made_by: str)
              f"screened_pass{samples}: {result[f'pass@{samples}']:.3f}", f"screened_solved_sometimes: {chosen}",
              f"screened_correctness_zero_std: {1 - chosen / len(result['records']):.3f}",
              f"screened_seconds: {result['elapsed_seconds']:.0f}",
+             f"list_written: {path.relative_to(REPO)}"]  # fmt: skip
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def rescreen(profile: Profile, settings: dict[str, Any], made_by: str) -> list[str]:
+    """Every problem of the profile's list sampled again; the list written back, most often solved first."""
+    if profile.problem_list is None:
+        raise SystemExit(f"profile {profile.name!r} names no problem_list: --rescreen measures a list again")
+    earlier = problem_choice.load_problem_list(profile.problem_list)
+    start = starting_model(profile.override(train_size=len(earlier["problems"])), SPEEDUPS)
+    result = evaluate_sampled(start.model, start.tokenizer, start.dataset, speedups=SPEEDUPS, **settings)
+    facts = {"profile": profile.name, "max_new_tokens": settings["max_new_tokens"], "seed": settings["seed"],
+             "temperature": settings["temperature"], "precision_path": cpu_precision().path,
+             "screened_pass1": round(result["pass@1"], 4)}  # fmt: skip
+    listing = problem_choice.rescreened_list(earlier, list(start.dataset["question"]), result["records"], made_by,
+                                             **facts)  # fmt: skip
+    path = problem_choice.problem_list_path(profile.problem_list)
+    path.write_text(json.dumps(listing, indent=1) + "\n")
+    rates = [p["correct_samples"] for p in listing["problems"]][: profile.train_size]
+    lines = [f"rescreened_problems: {len(result['records'])}", f"rescreened_pass1: {result['pass@1']:.3f}",
+             f"rescreened_solved_again: {sum(r['correct_samples'] > 0 for r in result['records'])}",
+             f"list_correct_of_{listing['samples_per_problem']}_first_{len(rates)}: {rates}",
+             f"rescreened_seconds: {result['elapsed_seconds']:.0f}",
              f"list_written: {path.relative_to(REPO)}"]  # fmt: skip
     print("\n".join(lines), flush=True)
     return lines

@@ -32,3 +32,13 @@ def test_the_script_measures_the_warm_start_and_records_how(choose, gsm8k_env, t
     for name in ("measured_on", "profile: ci", "made_by: python scripts/choose_problems.py --profile ci",
                  "steps_2_pass2", "steps_3_solved_sometimes", "cpu_precision_path"):  # fmt: skip
         assert name in text, name
+
+
+def test_screen_and_rescreen_together_are_refused(choose):
+    with pytest.raises(SystemExit):
+        choose.parse_args(["--screen", "10", "--rescreen"])
+
+
+def test_rescreen_needs_a_profile_with_a_list(choose):
+    with pytest.raises(SystemExit, match="names no problem_list"):
+        choose.rescreen(choose.get_profile("ci"), {}, "made by a test")

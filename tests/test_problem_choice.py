@@ -83,6 +83,21 @@ def test_a_file_that_is_no_list_is_refused(tmp_path, monkeypatch):
         problem_choice.load_problem_list("broken")
 
 
+def test_a_list_sampled_again_counts_both_screens_and_puts_the_most_often_solved_first():
+    earlier = problem_choice.problem_list(QUESTIONS, records([1, 1, 1], samples=4), "first screen")
+    again = problem_choice.rescreened_list(earlier, QUESTIONS, records([3, 9, 0], samples=16), "second", seed=1)
+    keys = [problem_choice.question_key(q) for q in QUESTIONS]
+    assert [(p["key"], p["correct_samples"]) for p in again["problems"]] == [(keys[1], 10), (keys[0], 4), (keys[2], 1)]
+    assert again["samples_per_problem"] == 20 and again["screened"] == 3 and again["seed"] == 1
+    assert again["first_screen"] == {"made_by": "first screen", "screened": 3, "samples_per_problem": 4}
+
+
+def test_a_list_sampled_again_must_be_sampled_in_its_own_order():
+    earlier = problem_choice.problem_list(QUESTIONS, records([1, 1, 1], samples=4), "first screen")
+    with pytest.raises(ValueError, match="not the earlier list's problems in its order"):
+        problem_choice.rescreened_list(earlier, QUESTIONS[::-1], records([3, 9, 2], samples=16), "second")
+
+
 LISTED_PROFILES = sorted(name for name, profile in PROFILES.items() if profile.problem_list)
 
 
@@ -93,7 +108,8 @@ def test_the_offline_labs_name_their_lists():
 @pytest.mark.parametrize("name", LISTED_PROFILES)
 def test_each_list_records_how_it_was_made_and_holds_problems_solved_sometimes(name):
     listing = problem_choice.load_problem_list(get_profile(name).problem_list)
-    assert "scripts/choose_problems.py" in listing["made_by"] and "--screen" in listing["made_by"]
+    assert "scripts/choose_problems.py" in listing["made_by"]
+    assert "--screen" in listing["made_by"] or "--screen" in listing["first_screen"]["made_by"]
     samples = listing["samples_per_problem"]
     assert all(0 < p["correct_samples"] < samples for p in listing["problems"])
     assert len(listing["problems"]) <= listing["screened"]

@@ -225,10 +225,10 @@ PROFILES: dict[str, Profile] = {
         # the dashboard draws `kl`; 0.04 as in DeepSeekMath's GRPO. Its cost per step: make bench's
         # parts_reference_share lines; its effect: make bench-heldout's cpu_lab_kl_per_step
         beta=0.04,
-        # The problems the warm start solves sometimes, screened from every short-prompt problem (scripts/
-        # choose_problems.py), the first 20 of them: 40 steps see each twice, and a right answer found on the first
-        # visit is there to be reinforced on the second. On all 61, seen once each, the lab's own pass@1 did not
-        # rise (make bench-collapse)
+        # The problems the warm start solves sometimes, screened from every short-prompt problem and sampled again
+        # (scripts/choose_problems.py), the 20 it solves most often: 40 steps see each twice, and a right answer
+        # found on the first visit is there to be reinforced on the second. On all 61, seen once each, the lab's own
+        # pass@1 did not rise (make bench-collapse)
         problem_list="cpu-long",
         logging_steps=1,
         save_steps=10,

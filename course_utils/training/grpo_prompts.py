@@ -101,9 +101,12 @@ def _listed_dataset(p: Profile, problems: Any) -> Any:
     """The problems of the profile's ``problem_list`` (at most ``train_size``), in the list's order, said aloud."""
     listing = problem_choice.load_problem_list(p.problem_list)
     rows = problem_choice.listed_rows(problems["question"], listing)[: p.train_size]
+    first = listing.get("first_screen", listing)
+    again = f", sampled again {listing['samples_per_problem']} times each, most often solved first" if (
+        "first_screen" in listing) else ""
     print(f"Training on the {len(rows)} problems of list {p.problem_list!r}: of {listing['screened']} problems "
-          f"screened with {listing['samples_per_problem']} samples each, the ones the warm start solved sometimes "
-          f"(data/{problem_choice.LIST_FOLDER}/{p.problem_list}.json says how it was made).")  # fmt: skip
+          f"screened with {first['samples_per_problem']} samples each, the ones the warm start solved sometimes"
+          f"{again} (data/{problem_choice.LIST_FOLDER}/{p.problem_list}.json says how it was made).")  # fmt: skip
     return problems.select(rows)
 
 

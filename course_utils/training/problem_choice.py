@@ -75,6 +75,26 @@ def problem_list(
     }
 
 
+def rescreened_list(
+    earlier: Mapping[str, Any], questions: Sequence[str], records: Sequence[Mapping[str, Any]], made_by: str,
+    **facts: Any,
+) -> dict[str, Any]:
+    """A list sampled again (``questions`` in ``earlier``'s order), each problem's right samples counted over both
+    screens: those solved sometimes, most often solved first, so a profile's first ``train_size`` are the problems
+    whose groups most often hold a right answer."""
+    if [question_key(q) for q in questions] != [p["key"] for p in earlier["problems"]]:
+        raise ValueError("the questions sampled again are not the earlier list's problems in its order: build them "
+                         "with the profile whose problem_list this is")  # fmt: skip
+    before = earlier["samples_per_problem"]
+    pairs = zip(records, earlier["problems"], strict=True)
+    both = [{**record, "correct_samples": record["correct_samples"] + problem["correct_samples"],
+             "samples": record["samples"] + before} for record, problem in pairs]  # fmt: skip
+    listing = problem_list(questions, both, made_by, **facts)
+    listing["problems"].sort(key=lambda problem: -problem["correct_samples"])
+    first = {key: earlier[key] for key in ("made_by", "screened", "samples_per_problem")}
+    return listing | {"screened": earlier["screened"], "first_screen": first, "order": "most often solved first"}
+
+
 def _listed(question: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """One problem of a list: its key, how often the warm start was right, and the question's start to read."""
     return {"key": question_key(question), "correct_samples": record["correct_samples"],
