@@ -54,7 +54,7 @@ def test_slider_weights_reach_notebook_04_config(tmp_path, monkeypatch):
     _run(
         [
             _cell("03_reward_functions.ipynb", "from course_utils.lesson.widgets import"),
-            _cell("03_reward_functions.ipynb", 'lab = RewardLab(preset="initial")'),
+            _cell("03_reward_functions.ipynb", 'lab = RewardLab(preset="initial"'),
             moves,
             _cell("03_reward_functions.ipynb", "lab.save()"),
         ]

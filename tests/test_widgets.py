@@ -69,6 +69,30 @@ def test_reward_lab_bad_input():
         reward_lab("initial", "strict", bank=[])
 
 
+def test_the_lab_computes_advantages_at_the_runs_scale():
+    """Under scale_rewards='none' (the cpu lab) an advantage is the total minus the group's mean, unscaled."""
+    grouped, unscaled = reward_lab("initial", "strict", scale="group"), reward_lab("initial", "strict", scale="none")
+    mean = sum(unscaled.totals) / len(unscaled.totals)
+    assert unscaled.advantages == pytest.approx([total - mean for total in unscaled.totals], abs=1e-5)
+    assert grouped.advantages != pytest.approx(unscaled.advantages, abs=1e-3)
+    assert unscaled.scale == "none" and grouped.scale == "group"
+    lab = RewardLab(scale="none")
+    assert lab.result.advantages == pytest.approx(unscaled.advantages)
+    assert lab.grpo_config_kwargs()["scale_rewards"] == "none"
+    assert "scale_rewards='none'" in lab.view.config_line.value
+
+
+def test_an_unknown_scale_is_refused_by_the_lab_and_the_plot():
+    from course_utils.lesson.plotting import plot_group_advantages
+
+    with pytest.raises(ValueError, match="scale"):
+        reward_lab("initial", "strict", scale="std")
+    with pytest.raises(ValueError, match="scale"):
+        RewardLab(scale="grouped")
+    with pytest.raises(ValueError, match="scale_rewards"):
+        plot_group_advantages(["a", "b"], [1.0, 0.0], [0.5, -0.5], scale="std")
+
+
 def test_all_wrong_bank_teaches_nothing():
     bank = [Sample(f"no tags {i}", "I think it is 7.") for i in range(4)]
     result = reward_lab("initial", "strict", bank)

@@ -58,11 +58,23 @@ def plot_token_lengths(
 # --- 01 GRPO concepts and 03 reward lab --------------------------------------------------------------
 
 
-def plot_group_advantages(labels: list[str], rewards: list[float], advantages: list[float], title: str = "") -> Figure:
+ADVANTAGE_TITLES = {
+    "group": "advantage (reward - group mean) / group std",
+    "batch": "advantage (reward - group mean) / batch std",
+    "none": "advantage: reward - group mean (not scaled)",
+}
+
+
+def plot_group_advantages(
+    labels: list[str], rewards: list[float], advantages: list[float], title: str = "", scale: str = "group"
+) -> Figure:
     """Rewards and group-relative advantages of one group side by side (notebooks 01 and 03).
 
-    Bars above zero are reinforced, below zero discouraged; an all-equal group shows no bars at all.
+    Bars above zero are reinforced, below zero discouraged; an all-equal group shows no bars at all. ``scale`` is
+    the ``scale_rewards`` the advantages were computed with: the axis title says it.
     """
+    if scale not in ADVANTAGE_TITLES:
+        raise ValueError(f"scale {scale!r}: one of {list(ADVANTAGE_TITLES)} (GRPOConfig's scale_rewards)")
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=False)
     positions = list(range(len(labels)))
     axes[0].bar(positions, rewards, color="#7aa6c2")
@@ -70,7 +82,7 @@ def plot_group_advantages(labels: list[str], rewards: list[float], advantages: l
     colors = ["#2e8b57" if a > 0 else "#c0392b" for a in advantages]
     axes[1].bar(positions, advantages, color=colors)
     axes[1].axhline(0, color="#333333", linewidth=0.8)
-    axes[1].set(title="advantage (reward - group mean) / std", xticks=positions)
+    axes[1].set(title=ADVANTAGE_TITLES[scale], xticks=positions)
     for ax in axes:
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     if title:

@@ -18,7 +18,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from course_utils.lesson.grpo import frac_reward_zero_std, group_advantages
+from course_utils.lesson.grpo import frac_reward_zero_std, group_advantages, normalize_scale
 from course_utils.lesson.plotting import figure_png, plot_group_advantages, plot_reward_totals
 from course_utils.lesson.rewards import (
     DEFAULT_WEIGHTS,
@@ -92,6 +92,7 @@ class LabResult:
     frac_reward_zero_std: float
     guess_total: float  # what BARE_GUESS earns under these weights
     right_total: float  # what RIGHT_ANSWER earns
+    scale: str = "group"  # the scale_rewards the advantages were computed with
 
     @property
     def totals(self) -> list[float]:
@@ -136,8 +137,13 @@ def guess_verdict(guess_total: float, right_total: float) -> str:
     return f"✅ {line}: solving pays more than the tags"
 
 
-def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequence[Sample] = SAMPLE_BANK) -> LabResult:
-    """Score the bank with the given weights and stage; the whole bank is treated as one GRPO group."""
+def reward_lab(
+    weights: Weights = "initial", stage: str = "strict", bank: Sequence[Sample] = SAMPLE_BANK, scale: str = "group"
+) -> LabResult:
+    """Score the bank with the given weights and stage; the whole bank is treated as one GRPO group.
+
+    ``scale`` is ``GRPOConfig.scale_rewards``: give the run's own, so the advantages drawn are the ones it trains on.
+    """
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     bank = list(bank)
@@ -147,14 +153,15 @@ def reward_lab(weights: Weights = "initial", stage: str = "strict", bank: Sequen
     table = reward_table([s.completion for s in bank], [s.answer for s in bank], values, stage=stage)
     table.insert(0, "label", [s.label for s in bank])
     table = table.drop(columns="completion")
-    table["advantage"] = group_advantages(table[TOTAL_COLUMN].tolist(), num_generations=len(bank)).tolist()
+    scale = normalize_scale(scale)
+    table["advantage"] = group_advantages(table[TOTAL_COLUMN].tolist(), len(bank), scale).tolist()
     best = max_total_reward(values)
     mean = float(table[TOTAL_COLUMN].mean())
     calibrated, verdict = calibration_verdict(mean, best)
-    zero_std = frac_reward_zero_std(table[TOTAL_COLUMN].tolist(), num_generations=len(bank))
+    zero_std = frac_reward_zero_std(table[TOTAL_COLUMN].tolist(), len(bank), scale)
     ratio = mean / best if best > 0 else float("nan")
     guess, right = reward_table([BARE_GUESS, RIGHT_ANSWER], GOLD, values, stage=stage)[TOTAL_COLUMN].tolist()
-    return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std, guess, right)
+    return LabResult(values, stage, table, best, mean, ratio, calibrated, verdict, zero_std, guess, right, scale)
 
 
 def _short_name(reward_name: str) -> str:
@@ -192,13 +199,13 @@ class LabView:
                               f"{guess_verdict(result.guess_total, result.right_total)}")  # fmt: skip
         points = ", ".join(f"{_short_name(n)} {p:g}" for n, p in reward_points(result.weights).items())
         self.config_line.value = (
-            f"<code>GRPOConfig(reward_weights={list(result.weights)})</code><br>"
+            f"<code>GRPOConfig(reward_weights={list(result.weights)}, scale_rewards={result.scale!r})</code><br>"
             f"points at best: {points}; best total {result.max_total:g}"
         )
         self.table.value = result.table.round(3).to_html(index=False, border=0)
         self.totals_plot.value = figure_png(plot_reward_totals(result.totals, result.max_total))
         self.advantages_plot.value = figure_png(
-            plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages)
+            plot_group_advantages(result.table["label"].tolist(), result.totals, result.advantages, scale=result.scale)
         )
 
     def rows(self) -> list[widgets.Widget]:
@@ -213,8 +220,11 @@ class RewardLab:
     (``lab.sliders[name].value = 3.0``) and read the recomputed numbers without a browser.
     """
 
-    def __init__(self, bank: Sequence[Sample] = SAMPLE_BANK, preset: str = "initial", stage: str = "strict") -> None:
+    def __init__(
+        self, bank: Sequence[Sample] = SAMPLE_BANK, preset: str = "initial", stage: str = "strict", scale: str = "group"
+    ) -> None:
         self.bank = list(bank)
+        self.scale = normalize_scale(scale)
         self._updating = False
         self.sliders = weight_sliders(resolve_weights(preset))
         self.preset = widgets.Dropdown(options=[*DEFAULT_WEIGHTS, "custom"], value=preset, description="preset")
@@ -255,8 +265,8 @@ class RewardLab:
             self.preset.value = matching[0] if matching else "custom"
 
     def grpo_config_kwargs(self) -> dict[str, Any]:
-        """``GRPOConfig(**lab.grpo_config_kwargs(), ...)`` trains with exactly the weights on the sliders."""
-        return {"reward_weights": grpo_reward_weights(self.weights)}
+        """``GRPOConfig(**lab.grpo_config_kwargs(), ...)`` trains with exactly the weights and the advantages shown."""
+        return {"reward_weights": grpo_reward_weights(self.weights), "scale_rewards": self.scale}
 
     def save(self, path: Any = None) -> Any:
         """Save the slider weights where notebook 04 reads them (``outputs/reward_weights.json``); return the file."""
@@ -273,7 +283,7 @@ class RewardLab:
 
     def refresh(self) -> LabResult:
         """Recompute from the current widget values and redraw."""
-        self.result = reward_lab(self.weights, self.stage.value, self.bank)
+        self.result = reward_lab(self.weights, self.stage.value, self.bank, self.scale)
         self.view.show(self.result)
         return self.result
 
