@@ -179,3 +179,53 @@ def test_the_packages_own_function_is_not_an_answer(capsys):
         assert not comparison.check_against_reference("04.4", borrowed, check_generation_batch, [], hint="h")
         assert "the package's own course_utils.training.grpo_config.check_generation_batch" in capsys.readouterr().out
 
+
+
+# --- each function on its own copy; an answer that changes its input in place is wrong ---------------------------
+
+
+def _sorted_copy(values):
+    return sorted(values)
+
+
+def _sorts_in_place(values):
+    values.sort()
+    return values
+
+
+def _edits_messages_in_place(messages):
+    for message in messages:
+        message["content"] = message["content"].strip()
+    return [message["content"] for message in messages]
+
+
+def test_an_answer_that_changes_its_input_in_place_is_a_difference_though_its_value_is_right():
+    cases = [comparison.Case("unsorted", ([3, 1, 2],))]
+    (difference,) = comparison.compare_with_reference(_sorts_in_place, _sorted_copy, cases)
+    assert difference.yours.startswith("changes its input in place, at [0][0]"), str(difference)
+    assert cases[0].args == ([3, 1, 2],), "the case itself is never handed to either function"
+
+
+def test_the_place_changed_is_named_inside_nested_messages():
+    messages = [{"role": "assistant", "content": " 72 "}]
+    (difference,) = comparison.compare_with_reference(
+        _edits_messages_in_place, lambda m: [x["content"].strip() for x in m], [comparison.Case("padded", (messages,))])
+    assert "at [0][0]['content']" in str(difference), str(difference)
+    assert messages[0]["content"] == " 72 "
+
+
+def test_keeps_inputs_false_lets_a_map_function_fill_in_its_row():
+    cases = [comparison.Case("unsorted", ([3, 1, 2],))]
+    assert comparison.compare_with_reference(_sorts_in_place, _sorted_copy, cases, keeps_inputs=False) == []
+
+
+def test_call_on_copy_says_where_a_function_changed_its_keyword_arguments():
+    kwargs = {"completions": [[{"role": "assistant", "content": "b"}], [{"role": "assistant", "content": "a"}]]}
+
+    def sorts(completions, **rest):
+        completions.sort(key=lambda c: c[0]["content"])
+        return [0.0] * len(completions)
+
+    assert comparison.call_on_copy(sorts, kwargs) == ([0.0, 0.0], "['completions'][0][0]['content']")
+    assert kwargs["completions"][0][0]["content"] == "b"
+    assert comparison.call_on_copy(lambda completions: [1.0], kwargs) == ([1.0], None)

@@ -4,11 +4,17 @@ A TRL release that renames or removes a field a profile sets (as 1.16 removed ``
 here, in CI, and not in a workshop's first Colab cell. The GPU profiles ask for fp16 or bf16 autocast, which
 ``TrainingArguments`` refuses on a machine whose GPU lacks it; the test stands in for the card's answer to that one
 question (``is_torch_bf16_gpu_available``) and lets the real classes check everything else.
+
+Notebook 04's checks class every field of the three classes (``run_fields``): the tables are compared here with the
+installed TRL's and peft's own field lists, so a field a new release adds is classed, not ignored; every field
+classed as changing the run, changed, is named with its value, the expected one and why; a free one never is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import io
 
 import pytest
@@ -16,9 +22,10 @@ import transformers.training_args
 from peft import LoraConfig
 from trl import GRPOConfig, SFTConfig
 
-from course_utils.core.profiles import PROFILES
+from course_utils.core.profiles import PROFILES, get_profile
+from course_utils.exercises.nb04_train_grpo import run_fields
 from course_utils.lesson.models import build_tiny_random_model
-from course_utils.training.grpo_config import grpo_config_kwargs
+from course_utils.training.grpo_config import grpo_config_kwargs, make_grpo_config
 from course_utils.training.lora_setup import make_lora_config
 from course_utils.training.warm_start import make_sft_config
 
@@ -89,3 +96,93 @@ def test_without_the_stand_in_a_cpu_refuses_bf16_autocast(tmp_path):
     """The stand-in answers one question only: without it, this machine's own answer decides (it has no GPU)."""
     with pytest.raises(ValueError, match="bf16"):
         GRPOConfig(**grpo_kwargs("gpu", tmp_path))
+
+
+# --- Every field classed: changes the run, or not ---------------------------------------------------------
+
+
+TABLES = {"GRPOConfig": (run_fields.GRPO_FIELDS, GRPOConfig), "SFTConfig": (run_fields.SFT_FIELDS, SFTConfig),
+          "LoraConfig": (run_fields.LORA_FIELDS, LoraConfig)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_the_field_tables_class_every_field_trl_and_peft_offer(name):
+    """A field a new TRL or peft adds is classed (changes the run or not), never ignored by the checks."""
+    table, config = TABLES[name]
+    offered = {field.name for field in dataclasses.fields(config)}
+    assert set(table) == offered, (sorted(offered - set(table)), sorted(set(table) - offered))
+    assert set(table.values()) <= {run_fields.FREE, run_fields.JUDGED, *run_fields.WHY}
+    assert {*run_fields.RANGES, *run_fields.SAME_RUN, *run_fields.EFFECTIVE, *run_fields.FIELD_WHY} <= set(
+        run_fields.GRPO_FIELDS) | set(run_fields.SFT_FIELDS) | set(run_fields.LORA_FIELDS)
+
+
+def test_a_field_classed_twice_is_refused():
+    with pytest.raises(ValueError, match="classed twice"):
+        run_fields._fields(free="seed", trained="seed")
+
+
+@pytest.fixture(scope="module")
+def references(thirty_layers, tmp_path_factory):
+    """The package's three configs for the cpu lab (fp32, so that they build on any CPU), writing nowhere."""
+    folder = tmp_path_factory.mktemp("run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COURSE_CPU_PRECISION", "fp32")
+        profile = get_profile("cpu")
+        return {"GRPOConfig": make_grpo_config(profile, folder), "SFTConfig": make_sft_config(profile, folder),
+                "LoraConfig": make_lora_config(profile, thirty_layers)}  # fmt: skip
+
+
+def another_value(value):
+    """A value of ``value``'s field that makes another run (outside every range, in no ``SAME_RUN`` group)."""
+    value = run_fields.plain(value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value * 10 + 1
+    if isinstance(value, str):
+        return f"{value}-other"
+    return ["other"] if isinstance(value, list) else "other"
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_every_run_changing_field_changed_is_named_with_value_expected_and_why(name, references):
+    """One changed field, one problem: ``field=value``, the profile's value or range, and why it matters."""
+    table, _ = TABLES[name]
+    reference, missed = references[name], []
+    for field, kind in table.items():
+        if kind in (run_fields.FREE, run_fields.JUDGED):
+            continue
+        changed = copy.copy(reference)
+        setattr(changed, field, another_value(getattr(reference, field)))
+        problems = run_fields.field_problems(changed, reference, table)
+        why = run_fields.RANGES[field][3] if field in run_fields.RANGES else run_fields.reason(field, kind)
+        named = [p for p in problems if p.startswith(f"{field}=") and why in p and "the profile's" in p]
+        if len(problems) != 1 or not named:
+            missed.append((field, problems))
+    assert not missed, missed
+
+
+@pytest.mark.parametrize("name", list(TABLES))
+def test_a_free_field_changed_is_never_a_problem(name, references):
+    """Logging, saving, speed, a field the trainer does not read: the learner's own."""
+    table, _ = TABLES[name]
+    reference = references[name]
+    for field in [field for field, kind in table.items() if kind == run_fields.FREE]:
+        changed = copy.copy(reference)
+        setattr(changed, field, another_value(getattr(reference, field, None)))
+        assert run_fields.field_problems(changed, reference, table) == [], field
+
+
+# What the package's GRPOConfig sets that changes nothing the run depends on; every other field it sets is judged or
+# compared. A field the builder starts to set is added here only if it changes nothing.
+FREE_FIELDS_THE_BUILDER_SETS = {"activation_checkpointing", "vllm_mode", "vllm_gpu_memory_utilization",
+                                "dataloader_num_workers", "logging_steps", "save_steps", "save_total_limit",
+                                "report_to", "seed"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_every_field_the_grpo_builder_sets_changes_the_run_or_is_named_free(name, tmp_path):
+    """A profile field the builder starts to write (as ``scale_rewards``) is judged in 04.1, not let through."""
+    written = grpo_kwargs(name, tmp_path)
+    free = {field for field in written if run_fields.GRPO_FIELDS[field] == run_fields.FREE}
+    assert free == FREE_FIELDS_THE_BUILDER_SETS

@@ -577,6 +577,10 @@ def infinite_for_loops(completions, **kwargs):
     return [math.inf if text.count("\n") > 8 else len(text) / 1000 for text in rewards.completion_texts(completions)]
 
 
+def minus_infinite_for_empty(completions, **kwargs):
+    return [len(text) / 1000 if text.strip() else -math.inf for text in rewards.completion_texts(completions)]
+
+
 def nan_for_blank(completions, **kwargs):
     return [len(text.strip()) / len(text.strip()) * 0.1 * len(text) if text.strip() else math.nan
             for text in rewards.completion_texts(completions)]
@@ -585,8 +589,9 @@ def nan_for_blank(completions, **kwargs):
 @pytest.mark.parametrize(("wrong", "named"), [
     (sorts_in_place, "changes its input in place"),
     (infinite_for_loops, "inf: TRL adds it into the completion's total"),
+    (minus_infinite_for_empty, "-inf: TRL adds it into the completion's total"),
     (nan_for_blank, "nan: TRL reads a NaN as None"),
-], ids=["sorts in place", "inf", "nan"])
+], ids=["sorts in place", "inf", "-inf", "nan"])
 def test_03_8_mutating_and_non_finite_rewards_fail(wrong, named, gsm8k_train, capsys):
     assert nb03.check_03_own_reward(wrong, gsm8k_train) is own_reward.repetition_penalty_reference
     out = capsys.readouterr().out

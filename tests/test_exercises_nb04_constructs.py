@@ -84,6 +84,11 @@ def test_04_1_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
         {"reward_weights": None},  # TRL weighs every reward 1.0: notebook 03's "initial" preset
         {"save_steps": 1, "optim": "adamw_torch", "lr_scheduler_type": "constant", "warmup_steps": 0},
         {"temperature": 1.1, "max_grad_norm": 0.5, "report_to": [], "save_total_limit": 1, "disable_dropout": True},
+        {"epsilon_high": 0.2, "min_p": 0.0},  # TRL clips above at epsilon when unset; min_p 0 filters nothing
+        {"lr_scheduler_type": "constant_with_warmup"},  # with the profile's 0 warmup steps: the constant rate
+        {"scale_rewards": True, "weight_decay": 0.01},  # TRL reads True as 'group'; a decay of 1e-6 a step
+        {"label_smoothing_factor": 0.1, "dataloader_drop_last": True},  # GRPO reads neither
+        {"gradient_checkpointing": True, "torch_empty_cache_steps": 1, "data_seed": 3, "eval_strategy": "no"},
     ],
 )
 def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsys):
@@ -103,19 +108,21 @@ def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsy
         ({"max_completion_length": 4096}, "max_completion_length=4096 is longer than the profile's 16"),
         ({"output_dir": "outputs/my-run"}, "is not the run folder"),
         ({"temperature": 0.0}, "temperature=0.0"),
-        ({"loss_type": "grpo"}, "loss_type='grpo': the profile's run uses 'dapo'"),
+        ({"loss_type": "grpo"}, "loss_type='grpo': the profile's run uses 'dapo' (TRL's default); it changes the loss"),
         ({"temperature": 0.3}, "temperature=0.3: the profile's is 1.0 (accepted: 0.8 to 1.2)"),
         ({"top_p": 0.5}, "top_p=0.5: the profile's run uses 1.0"),
         ({"mask_truncated_completions": True}, "mask_truncated_completions=True: the profile's run uses False"),
         ({"lr_scheduler_type": "linear"}, "lr_scheduler_type='linear': the profile's run uses 'constant'"),
         ({"max_grad_norm": 0.0}, "max_grad_norm=0.0: the profile's is 1.0 (accepted: 0.5 to 2)"),
         ({"num_iterations": 2}, "num_iterations=2: the profile's run uses 1"),
-        ({"scale_rewards": "none"}, "scale_rewards='none': the profile's run uses 'group'"),
+        ({"scale_rewards": "none"}, "scale_rewards='none': the profile's run uses 'group' (profile.scale_rewards); "
+                                    "'group' divides each advantage by its group's reward std"),
         ({"scale_rewards": "batch"}, "scale_rewards='batch'"),
         ({"epsilon": 0.5}, "epsilon=0.5: the profile's run uses 0.2"),
         ({"epsilon_high": 0.28}, "epsilon_high=0.28"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "multi_objective_aggregation='normalize_then_sum'"),
-        ({"remove_unused_columns": True}, "remove_unused_columns=True: the profile's run uses False"),
+        ({"remove_unused_columns": True}, "remove_unused_columns=True: the profile's run uses False (TRL's default); "
+                                          "TRL then drops every column but 'prompt', and the rewards lose 'answer'"),
         ({"steps_per_generation": 2}, "steps_per_generation=2 (or generation_batch_size=4)"),
         ({"shuffle_dataset": False}, "shuffle_dataset=False"),
         ({"max_steps": -1}, "max_steps is not set"),
@@ -130,6 +137,23 @@ def test_04_1_right_answers_that_differ_from_the_package_pass(ci, changes, capsy
          "8 x 8 = 64 completions per step; the profile's run is 2 (2 x 1)"),
         ({"per_device_train_batch_size": 4, "num_generations": 4}, "num_generations=4: the profile's group is 2"),
         ({"max_steps": 500}, "max_steps=500: the profile's run is 2 steps (accepted: 1 to 2)"),
+        ({"top_k": 50}, "top_k=50: the profile's run uses 0 (TRL's default); it changes how completions are sampled"),
+        ({"min_p": 0.1}, "min_p=0.1: the profile's run uses None"),
+        ({"repetition_penalty": 1.2}, "repetition_penalty=1.2: the profile's run uses 1.0"),
+        ({"generation_kwargs": {"top_k": 5}}, "generation_kwargs={'top_k': 5}: the profile's run uses None"),
+        ({"importance_sampling_level": "sequence"}, "importance_sampling_level='sequence'"),
+        ({"delta": 2.0}, "delta=2.0: the profile's run uses None"),
+        ({"top_entropy_quantile": 0.2}, "top_entropy_quantile=0.2"),
+        ({"lr_scheduler_type": "cosine"}, "lr_scheduler_type='cosine': the profile's run uses 'constant' "
+                                          "(profile.lr_scheduler_type)"),
+        ({"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 1},
+         "warmup_steps=1: the profile's run uses 0.0"),
+        ({"weight_decay": 0.5}, "weight_decay=0.5: the profile's is 0.0 (accepted: 0 to 0.1)"),
+        ({"adam_beta2": 0.99}, "adam_beta2=0.99: the profile's run uses 0.999 (TRL's default); it changes the "
+                               "optimizer"),
+        ({"optim": "sgd"}, "optim='sgd'"),
+        ({"neftune_noise_alpha": 5.0}, "neftune_noise_alpha=5.0"),
+        ({"max_grad_norm": 10.0}, "max_grad_norm=10.0: the profile's is 1.0 (accepted: 0.5 to 2)"),
     ],
 )
 def test_04_1_wrong_configs_fail_naming_the_problem(ci, changes, named, capsys):
@@ -152,6 +176,32 @@ def test_04_1_a_generation_batch_of_broken_groups_fails(ci, field, value, capsys
     out = verdict(capsys)
     assert handed is not config and out.startswith("❌ 04.1")
     assert "num_generations=1: a group needs at least 2" in out if value == 1 else "is not whole groups" in out
+
+
+@pytest.fixture
+def cpu_grpo(gsm8k_env):
+    """The cpu lab, whose advantages keep the rewards' own scale (``scale_rewards='none'``, TRL's is 'group')."""
+    profile = get_profile("cpu")
+    return profile, trained_model.default_run_dir(profile), load_weights()
+
+
+def test_04_1_the_solution_passes_under_the_cpu_lab(cpu_grpo, capsys):
+    profile, run_dir, weights = cpu_grpo
+    config = exercise("04", "config", profile=profile, run_dir=run_dir, reward_weights=weights)
+    assert config.scale_rewards == "none" and nb04.check_grpo_config(config, profile, weights) is config, (
+        verdict(capsys))
+
+
+@pytest.mark.parametrize(("scale", "passes"), [("none", True), (False, True), ("group", False), (True, False),
+                                                ("batch", False)])
+def test_04_1_scale_rewards_follows_the_cpu_lab(cpu_grpo, scale, passes, capsys):
+    """A config that leaves scale_rewards out gets TRL's 'group': the std division the cpu lab turned off."""
+    profile, _, weights = cpu_grpo
+    config = _grpo(profile, weights, scale_rewards=scale)
+    assert (nb04.check_grpo_config(config, profile, weights) is config) is passes
+    out = verdict(capsys)
+    said = f"scale_rewards={config.scale_rewards!r}: the profile's run uses 'none' (profile.scale_rewards)"
+    assert passes or said in out, out
 
 
 def test_04_1_trl_defaults_fail_on_what_they_forget(ci, capsys):
@@ -275,6 +325,8 @@ def test_04_2_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
         {"use_rslora": True, "lora_dropout": 0.05, "layers_to_transform": (1,)},
         {"target_modules": r".*layers\.1\.(self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj", "layers_to_transform": None},
         {"lora_alpha": 8},  # half the profile's scale
+        {"fan_in_fan_out": True, "rank_pattern": {}, "modules_to_save": []},  # peft sets it back on nn.Linear
+        {"target_modules": r"model\.layers\.1\..*_proj", "layers_to_transform": None},  # one regex, the top layer
     ],
 )
 def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny_model, changes, capsys):
@@ -309,6 +361,11 @@ def test_04_2_right_answers_that_differ_from_the_package_pass(lora_profile, tiny
         ({"target_modules": r".*\.(q|k|v|o|gate|up|down)_proj", "layers_to_transform": None},
          "adapts 14 linear layers, in decoder layers [0, 1]; the profile adapts 7"),
         ({"target_modules": "all-linear", "layers_to_transform": None}, "adapts 14 linear layers"),
+        ({"init_lora_weights": "gaussian"}, "init_lora_weights='gaussian': the profile's run uses True (peft's "
+                                            "default); it changes which weights train and how they start"),
+        ({"inference_mode": True}, "inference_mode=True: the profile's run uses False"),
+        ({"lora_bias": True}, "lora_bias=True"),
+        ({"alpha_pattern": {"q_proj": 64}}, "alpha_pattern={'q_proj': 64}"),
     ],
 )
 def test_04_2_wrong_configs_fail_naming_the_problem(lora_profile, tiny_model, changes, named, capsys):
@@ -334,6 +391,20 @@ def test_04_2_the_top_layers_of_a_30_layer_model(layers, named):
     model = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
     problems = lora_config_check.top_layers_problems(layers, get_profile("ci"), model)
     assert problems == [] if named is None else named in problems[0], problems
+
+
+@pytest.mark.parametrize(
+    ("first", "passes"), [(r"1[5-9]|2\d", True), (r"\d+", False), (r"1[4-9]|2\d", False), (r"1[6-9]|2\d", False)])
+def test_04_2_one_regex_that_limits_the_layers_of_a_30_layer_model(first, passes, capsys):
+    """The ci and cpu profiles' top 15 of 30 layers, written as one pattern instead of layers_to_transform."""
+    profile, model = get_profile("ci"), build_tiny_random_model(vocab_size=64, hidden_size=16, num_layers=30)
+    kinds = "|".join(name.removesuffix("_proj") for name in profile.lora_target_modules)
+    lora = replace(lora_setup.make_lora_config(profile, model), layers_to_transform=None,
+                   target_modules=rf"model\.layers\.({first})\.(self_attn|mlp)\.({kinds})_proj")
+    assert (nb04.check_lora_config(lora, profile, model) is lora) is passes
+    out = verdict(capsys)
+    assert out.startswith("✅ 04.2" if passes else "❌ 04.2"), out
+    assert passes or "the profile adapts 105: each of" in out, out
 
 
 def test_04_2_a_lora_config_peft_refuses_shows_peft_s_message(lora_profile, tiny_model, capsys, monkeypatch):
@@ -391,6 +462,8 @@ def test_04_3_the_stub_reads_not_answered_and_the_package_config_is_handed_back(
         {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 8},  # the same batch in smaller passes
         {"max_steps": 12, "num_train_epochs": 1.0},  # the cpu profile's 12 steps (3 epochs of 4), said differently
         {"learning_rate": 5e-4, "max_length": 1024, "report_to": "none", "completion_only_loss": True},
+        {"remove_unused_columns": False, "lr_scheduler_type": "constant_with_warmup"},  # SFT's collator: tokens only
+        {"max_length": None, "dataset_text_field": "content", "seed": 1},  # None cuts nothing
     ],
 )
 def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer, changes, capsys):
@@ -414,6 +487,14 @@ def test_04_3_right_answers_that_differ_from_the_package_pass(cpu_lab, tokenizer
         ({"completion_only_loss": False}, "completion_only_loss=False: the profile's run uses None"),
         ({"packing": True}, "packing=True: the profile's run uses False"),
         ({"lr_scheduler_type": "linear"}, "lr_scheduler_type='linear': the profile's run uses 'constant'"),
+        ({"padding_free": True}, "padding_free=True: the profile's run uses False (TRL's default); it changes the "
+                                 "loss"),
+        ({"loss_type": "dft"}, "loss_type='dft': the profile's run uses 'nll'"),
+        ({"label_smoothing_factor": 0.1}, "label_smoothing_factor=0.1: the profile's run uses 0.0"),
+        ({"neftune_noise_alpha": 5.0}, "neftune_noise_alpha=5.0"),
+        ({"dataloader_drop_last": True}, "dataloader_drop_last=True: the profile's run uses False"),
+        ({"shuffle_dataset": True}, "shuffle_dataset=True: the profile's run uses False"),
+        ({"max_grad_norm": 0.0}, "max_grad_norm=0.0: the profile's is 1.0 (accepted: 0.5 to 2)"),
     ],
 )
 def test_04_3_wrong_configs_fail_naming_the_problem(cpu_lab, tokenizer, changes, named, capsys):
@@ -569,24 +650,3 @@ def test_04_4_the_training_prompts_in_another_order_pass(pieces, capsys):
     """TRL shuffles the prompts itself: the order the learner passes them in changes nothing."""
     trainer = _trainer(pieces, train_dataset=pieces["train_dataset"].shuffle(seed=3))
     assert _check(pieces, trainer) is trainer, verdict(capsys)
-
-
-def test_the_field_tables_class_every_field_trl_and_peft_offer():
-    """A field a new TRL or peft adds is classed (changes the run or not), never ignored by the checks."""
-    from dataclasses import fields
-
-    from course_utils.exercises.nb04_train_grpo import run_fields
-
-    for table, config in ((run_fields.GRPO_FIELDS, GRPOConfig), (run_fields.SFT_FIELDS, SFTConfig),
-                          (run_fields.LORA_FIELDS, LoraConfig)):
-        offered = {field.name for field in fields(config)}
-        assert set(table) == offered, (config.__name__, sorted(offered - set(table)), sorted(set(table) - offered))
-        assert set(table.values()) <= {run_fields.FREE, run_fields.JUDGED, *run_fields.WHY}
-    assert set(run_fields.RANGES) <= set(run_fields.GRPO_FIELDS) | set(run_fields.LORA_FIELDS)
-
-
-def test_a_field_classed_twice_is_refused():
-    from course_utils.exercises.nb04_train_grpo import run_fields
-
-    with pytest.raises(ValueError, match="classed twice"):
-        run_fields._fields(free="seed", trained="seed")

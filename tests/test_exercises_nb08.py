@@ -657,3 +657,18 @@ def test_08_3_a_numpy_array_of_rewards_passes(gsm8k_train, capsys):
         return np.array(tool_use_reward(completions, answer=answer, **kwargs))
 
     assert nb08.check_08_tool_reward(as_array, gsm8k_train) is not tool_use_reward, verdict(capsys)
+
+
+def drops_tool_turns_in_place(completions, answer, **kwargs):
+    """The course's reward, after deleting the tool turns from TRL's completions in place."""
+    for completion in completions:
+        if isinstance(completion, list):
+            completion[:] = [m for m in completion if not (isinstance(m, dict) and m.get("role") == "tool")]
+    return tool_use_reward(completions, answer=answer, **kwargs)
+
+
+def test_08_3_a_reward_that_changes_trl_s_completions_in_place_fails(gsm8k_train, capsys):
+    """TRL hands the same completions to every reward: one that edits them changes what the others score."""
+    assert nb08.check_08_tool_reward(drops_tool_turns_in_place, gsm8k_train) is tool_use_reward
+    out = verdict(capsys)
+    assert "❌ 08.3" in out and "changes its input in place, at ['completions']" in out, out

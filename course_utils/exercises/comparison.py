@@ -231,11 +231,27 @@ def changed_input(before: Any, after: Any, path: str = "") -> str | None:
     return path or "(the whole input)"
 
 
+def mutation_message(where: str) -> str:
+    """What an answer that changed its input in place is told: the caller goes on using that input."""
+    return (f"changes its input in place, at {where}: the caller goes on using it (TRL hands the same objects to "
+            "every reward and to its logs); build new values instead")
+
+
 def mutation_difference(label: str, where: str) -> Difference:
     """The difference of an answer that changed what it was given: the caller goes on using its inputs."""
-    return Difference(label, "leaves its inputs as they were",
-                      f"changes its input in place, at {where}: the caller goes on using it (TRL hands the same "
-                      "objects to every reward and to its logs); build new values instead")
+    return Difference(label, "leaves its inputs as they were", mutation_message(where))
+
+
+def call_on_copy(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """``function(**kwargs)`` on its own deep copy of ``kwargs``: its value, and where it changed that copy, or None.
+
+    For checks that call a learner's function themselves (a reward called as TRL calls it), not through
+    ``compare_with_reference``; an error of the function propagates.
+    """
+    snapshot = dict(kwargs)
+    given = own_copy(snapshot)
+    value = function(**given)
+    return value, changed_input(snapshot, given) if given is not snapshot else None
 
 
 def compare_with_reference(

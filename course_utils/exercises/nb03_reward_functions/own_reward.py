@@ -13,7 +13,7 @@ import numpy as np
 
 from course_utils.core.answer_format import format_answer
 from course_utils.core.trl_internals import TRLChanged
-from course_utils.exercises.comparison import changed_input, not_a_function, own_copy
+from course_utils.exercises.comparison import call_on_copy, not_a_function
 from course_utils.exercises.nb03_reward_functions.trl_calls import (
     awaited,
     conversation,
@@ -81,24 +81,25 @@ def _value_problem(value: Any) -> str | None:
         return (f"{value}: TRL reads a NaN as None (its sums skip it), so it hides a failed computation as 'does not "
                 "apply'; return None on purpose where the reward does not apply, a number everywhere else")
     if math.isinf(value):
-        return (f"{value}: TRL adds it into the completion's total, so its group's mean is infinite, every advantage "
-                "of the group becomes NaN and then 0 (the whole group teaches nothing) and the logged reward reads "
-                "inf; keep every reward finite")
+        return (f"{value}: TRL adds it into the completion's total, so its group's mean is infinite: with "
+                "scale_rewards='group' every advantage of the group becomes NaN and then 0 (the group teaches "
+                "nothing), with scale_rewards='none' the group's other completions get advantages of about "
+                f"{'-' if value > 0 else ''}3.4e38 (the largest float, one step wrecks the model); the logged reward "
+                f"reads {value}; keep every reward finite (cap it, for example max(-10.0, min(value, 10.0)))")
     return None
 
 
 def _batch_problem(name: str, completions: list[Any], learner: Callable[..., Any]) -> tuple[str | None, list[Any]]:
     """Call the learner as TRL does on one batch: ``(what is wrong or None, the rewards)``."""
     kwargs = trl_reward_kwargs(completions, ["1000"] * len(completions), [""] * len(completions))
-    given = own_copy((kwargs,))
     try:
-        values = awaited(learner(**given[0]))
+        values, where = call_on_copy(lambda **given: awaited(learner(**given)), kwargs)
     except NotImplementedError:
         raise  # a stub: "not answered yet", not a wrong answer
     except Exception as error:  # the learner's bug is a verdict, never a crash
         return f"{name}: raises {type(error).__name__}: {' '.join(str(error).split())[:80]}", []
-    if where := changed_input((kwargs,), given):
-        return (f"{name}: changes its input in place, at {where.removeprefix('[0]')}: TRL hands the same completions "
+    if where:
+        return (f"{name}: changes its input in place, at {where}: TRL hands the same completions "
                 "to every reward and to its logs, so the rewards after yours (and yours, in order) score other "
                 "completions; build new lists instead"), []
     if not (isinstance(values, (list, tuple)) or (isinstance(values, np.ndarray) and values.ndim == 1)):

@@ -197,7 +197,7 @@ def grpo_config_problems(config: Any, profile: Profile, reward_weights: Any = No
         *reward_weight_problems(config, reward_weights),
         *run_folder_problems(config.output_dir, profile, inside=False),
         *trl_value_problems(config),
-        *field_problems(config, reference, GRPO_FIELDS),
+        *field_problems(config, reference, GRPO_FIELDS, profile),
     ]
 
 

@@ -4,14 +4,17 @@ A field that changes what is trained, sampled, kept or scored must equal the pac
 (``training.make_grpo_config``, ``warm_start.make_sft_config``, ``lora_setup.make_lora_config``) or lie in the
 range ``RANGES`` states; ``JUDGED`` fields have a rule of their own in the config's check (the batch, the
 precision...); ``FREE`` fields change nothing the run depends on (logging, saving, the hub, evaluation, speed
-and memory for the same result) and are the learner's. The tests compare these tables with the installed TRL's
+and memory for the same result, a field the trainer does not read) and are the learner's. A config's own line
+overrides the shared ``TrainingArguments`` one where its trainer reads the field differently. Values are compared
+as the trainer acts on them (``EFFECTIVE``, ``SAME_RUN``). The tests compare these tables with the installed TRL's
 and peft's fields, so a field a new release adds gets classed, not ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 JUDGED, FREE = "judged", "free"
@@ -25,6 +28,16 @@ WHY = {
     "saved": "a checkpoint without the optimizer's state cannot resume the run (section 10)",
     "adapted": "it changes which weights train and how they start",
 }
+# Where one field's reason says more than its kind's
+FIELD_WHY = {
+    "remove_unused_columns": "TRL then drops every column but 'prompt', and the rewards lose 'answer'",
+    "scale_rewards": "'group' divides each advantage by its group's reward std, 'none' keeps the rewards' own scale",
+}
+
+
+def reason(field: str, kind: str) -> str:
+    """Why a run-changing ``field`` must match: its own reason, else its kind's."""
+    return FIELD_WHY.get(field, WHY[kind])
 
 
 def _fields(**kinds: str) -> dict[str, str]:
@@ -64,11 +77,13 @@ TRAINING_ARGUMENTS = _fields(
 )
 
 # GRPOConfig: the TrainingArguments above and TRL's own; the sapo_*, vespo_*, entropy_coef_* and ref_model_* fields
-# are read only by a loss type or a switch that is itself classed (loss_type, use_adaptive_entropy, sync_ref_model)
+# are read only by a loss type or a switch that is itself classed (loss_type, use_adaptive_entropy, sync_ref_model).
+# GRPO computes its own loss (no label smoothing) and its sampler yields whole generation batches (nothing to drop).
 GRPO_FIELDS = {
     **TRAINING_ARGUMENTS,
     **_fields(
-        free="model_init_kwargs trust_remote_code router_aux_loss_coef disable_dropout num_generations_eval "
+        free="label_smoothing_factor dataloader_drop_last model_init_kwargs trust_remote_code router_aux_loss_coef "
+             "disable_dropout num_generations_eval "
              "ds3_gather_for_generation pad_to_multiple_of cache_implementation vllm_mode vllm_model_impl "
              "vllm_enable_sleep_mode vllm_server_base_url vllm_server_host vllm_server_port vllm_server_timeout "
              "vllm_group_port vllm_gpu_memory_utilization vllm_max_model_length vllm_tensor_parallel_size "
@@ -92,12 +107,14 @@ GRPO_FIELDS = {
 }
 
 # SFTConfig: nothing is saved (the merged model is), the number of steps is judged from the epochs, and nothing is
-# cut (max_length is judged), so neither how it would be cut nor packing's strategy matters
+# cut (max_length is judged), so neither how it would be cut nor packing's strategy matters; SFT's collator reads
+# only the token columns, so the columns it leaves (remove_unused_columns=False) reach nothing
 SFT_FIELDS = {
     **TRAINING_ARGUMENTS,
     **_fields(
-        free="model_init_kwargs trust_remote_code router_aux_loss_coef dataset_text_field dataset_num_proc "
-             "truncation_mode packing_strategy pad_to_multiple_of eval_packing activation_offloading save_strategy",
+        free="remove_unused_columns model_init_kwargs trust_remote_code router_aux_loss_coef dataset_text_field "
+             "dataset_num_proc truncation_mode packing_strategy pad_to_multiple_of eval_packing activation_offloading "
+             "save_strategy",
         judged="max_length num_train_epochs",
         trained="chat_template_path eos_token packing padding_free completion_only_loss assistant_only_loss "
                 "loss_type pad_token",
@@ -106,12 +123,14 @@ SFT_FIELDS = {
 }
 
 # LoraConfig: the targets, layers, rank and scale are judged on what peft makes of them; the configs of the
-# initialisations and variants are read only when init_lora_weights or a variant switch (classed) asks for them
+# initialisations and variants are read only when init_lora_weights or a variant switch (classed) asks for them;
+# peft sets fan_in_fan_out back to False on an nn.Linear, the only kind of layer the targets may name
 LORA_FIELDS = _fields(
-    free="peft_type auto_mapping peft_version base_model_name_or_path revision megatron_config megatron_core "
-         "runtime_config qalora_group_size loftq_config eva_config corda_config lora_ga_config ensure_weight_tying",
+    free="fan_in_fan_out peft_type auto_mapping peft_version base_model_name_or_path revision megatron_config "
+         "megatron_core runtime_config qalora_group_size loftq_config eva_config corda_config lora_ga_config "
+         "ensure_weight_tying",
     judged="task_type r lora_alpha use_rslora target_modules exclude_modules layers_to_transform layers_pattern",
-    adapted="inference_mode lora_dropout fan_in_fan_out bias modules_to_save init_lora_weights rank_pattern "
+    adapted="inference_mode lora_dropout bias modules_to_save init_lora_weights rank_pattern "
             "alpha_pattern trainable_token_indices use_dora velora_config alora_invocation_tokens use_qalora "
             "monteclora_config layer_replication lora_bias target_parameters use_bdlora arrow_config kasa_config",
 )
@@ -125,12 +144,32 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
                                       "(or 0, no clipping) one outlier batch throws the adapters off"),
     "lora_dropout": (0.0, 0.1, False, "a run of a few steps does not overfit, and dropout makes the pass that is "
                                       "trained differ from the one that sampled"),
+    "weight_decay": (0.0, 0.1, False, "AdamW shrinks every weight by learning_rate x weight_decay a step, under "
+                                      "0.1% at the accepted rates up to 0.1; more pulls the adapters back toward 0 "
+                                      "as they learn"),
 }
 # Values that mean the same run
 SAME_RUN: dict[str, tuple[frozenset[Any], ...]] = {
     "optim": (frozenset({"adamw_torch", "adamw_torch_fused"}),),  # the same AdamW, fused or not
     "completion_only_loss": (frozenset({None, True}),),  # None: completion only for prompt-completion data
+    "min_p": (frozenset({None, 0.0}),),  # no min_p filter either way: every token stays
 }
+
+
+def _clip_high(config: Any) -> Any:
+    """TRL clips the ratio above at ``epsilon`` when ``epsilon_high`` is None: 0.2 and None are then one run."""
+    high = getattr(config, "epsilon_high", None)
+    return getattr(config, "epsilon", None) if high is None else high
+
+
+def _schedule(config: Any) -> Any:
+    """A rate ``constant_with_warmup`` over no warmup steps is the ``constant`` one."""
+    name = plain(getattr(config, "lr_scheduler_type", None))
+    return "constant" if name == "constant_with_warmup" and not getattr(config, "warmup_steps", 0) else name
+
+
+# Fields whose value the trainer acts on depends on another field: what it then is
+EFFECTIVE: dict[str, Callable[[Any], Any]] = {"epsilon_high": _clip_high, "lr_scheduler_type": _schedule}
 
 
 def plain(value: Any) -> Any:
@@ -171,15 +210,52 @@ def range_problem(field: str, yours: Any, theirs: Any) -> str | None:
     return f"{field}={yours!r}: the profile's is {plain(theirs)!r} (accepted: {low:g} to {high:g}); {why}"
 
 
-def field_problems(config: Any, reference: Any, table: Mapping[str, str]) -> list[str]:
-    """Every run-changing field of ``config`` that differs from ``reference``'s beyond its range, in words."""
-    problems = []
-    for field, kind in table.items():
-        if kind in (FREE, JUDGED) or not hasattr(reference, field):
-            continue
-        yours, theirs = getattr(config, field, None), getattr(reference, field)
-        if field in RANGES:
-            problems += filter(None, [range_problem(field, yours, theirs)])
-        elif not same_run(field, yours, theirs):
-            problems.append(f"{field}={plain(yours)!r}: the profile's run uses {plain(theirs)!r}; {WHY[kind]}")
-    return problems
+def acted_on(config: Any, field: str) -> Any:
+    """The value of ``field`` the trainer acts on (``EFFECTIVE``), else the one written."""
+    return EFFECTIVE[field](config) if field in EFFECTIVE else getattr(config, field, None)
+
+
+def class_default(kind: type, field: str) -> Any:
+    """``field``'s default in the dataclass ``kind``; ``dataclasses.MISSING`` when it has none."""
+    spec = next((f for f in dataclasses.fields(kind) if f.name == field), None)
+    if spec is None:
+        return dataclasses.MISSING
+    return spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+
+
+def value_source(field: str, reference: Any, profile: Any = None) -> str:
+    """Where the expected value comes from, for the learner to copy: ``profile.<field>`` or the library's default."""
+    theirs = getattr(reference, field)
+    if profile is not None and hasattr(profile, field) and same_run(field, getattr(profile, field), theirs):
+        return f" (profile.{field})"
+    default = class_default(type(reference), field) if dataclasses.is_dataclass(reference) else dataclasses.MISSING
+    if default is dataclasses.MISSING or not same_run(field, default, theirs):
+        return ""
+    library = type(reference).__module__.split(".")[0]
+    return f" ({'TRL' if library == 'trl' else library}'s default)"
+
+
+def field_problem(field: str, kind: str, config: Any, reference: Any, profile: Any = None) -> str | None:
+    """Why ``config``'s ``field`` makes another run than ``reference``'s (name, value, expected, why), or None.
+
+    Written as the reference writes it, or acted on the same: the same run (a difference that comes from the
+    field an ``EFFECTIVE`` value reads is named on that field).
+    """
+    written, expected = getattr(config, field, None), getattr(reference, field)
+    if field in RANGES:
+        return range_problem(field, written, expected)
+    if same_run(field, written, expected) or same_run(field, acted_on(config, field), acted_on(reference, field)):
+        return None
+    written, expected = plain(written), plain(expected)
+    return (f"{field}={written!r}: the profile's run uses {expected!r}{value_source(field, reference, profile)}; "
+            f"{reason(field, kind)}")
+
+
+def field_problems(config: Any, reference: Any, table: Mapping[str, str], profile: Any = None) -> list[str]:
+    """Every run-changing field of ``config`` that differs from ``reference``'s beyond its range, in words.
+
+    ``profile``: the one ``reference`` was built from, where its fields carry the profile's names (``GRPOConfig``).
+    """
+    problems = (field_problem(field, kind, config, reference, profile) for field, kind in table.items()
+                if kind not in (FREE, JUDGED) and hasattr(reference, field))
+    return [problem for problem in problems if problem]

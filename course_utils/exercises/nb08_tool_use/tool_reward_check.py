@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from course_utils.exercises.comparison import not_a_function
+from course_utils.exercises.comparison import call_on_copy, mutation_message, not_a_function
 from course_utils.exercises.nb03_reward_functions.trl_calls import awaited, synchronous, trl_reward_kwargs
 from course_utils.exercises.real_rows import dataset_rows, real_row_indices, short_repr
 from course_utils.exercises.verdicts import hand_back, list_problems, report
@@ -135,9 +135,20 @@ def tool_rows(dataset: Any, count: int = 6) -> list[tuple[int, str, str]]:
     return rows[:count]
 
 
+class ChangedItsInput(Exception):
+    """The learner's reward changed the completions or columns TRL gave it: the rewards after it score those."""
+
+
 def _rewards(learner: Callable[..., Any], completions: list[Any], golds: list[str]) -> Any:
-    """The learner's rewards for one batch, called as TRL calls a reward (keywords, every extra TRL passes)."""
-    return awaited(learner(**trl_reward_kwargs(completions, golds, [""] * len(completions))))
+    """The learner's rewards for one batch, called as TRL calls a reward (keywords, every extra TRL passes).
+
+    On its own copy of the batch: a reward that changes it in place raises ``ChangedItsInput``.
+    """
+    kwargs = trl_reward_kwargs(completions, golds, [""] * len(completions))
+    values, where = call_on_copy(lambda **given: awaited(learner(**given)), kwargs)
+    if where:
+        raise ChangedItsInput(mutation_message(where))
+    return values
 
 
 def _batch_problem(values: Any, completions: int) -> str | None:
@@ -164,7 +175,7 @@ def contract_problem(learner: Callable[..., Any]) -> str | None:
     junk = list(JUNK_COMPLETIONS)
     try:
         values = _rewards(learner, junk, ["1"] * len(junk))
-    except NotImplementedError:
+    except (NotImplementedError, ChangedItsInput):
         raise
     except Exception as exc:  # the learner's bug is a verdict, never a crash
         return f"junk completions (None, plain text, a message without content...): raises {type(exc).__name__}: {exc}"
@@ -206,6 +217,8 @@ def check_08_tool_reward(learner: Any, dataset: Any) -> Any:
     except NotImplementedError:
         report(TOOL_REWARD, False, TOOL_REWARD_HINT, None)
         return hand_back(TOOL_REWARD, False, learner, reference, name)
+    except ChangedItsInput as changed:
+        problems = [str(changed)]
     except Exception as exc:  # the learner's reward failed on a real batch: a verdict, never a crash
         problems = [f"raises {type(exc).__name__} on real solutions with calls: {' '.join(str(exc).split())[:120]}"]
     if problems:
