@@ -10,13 +10,13 @@ Notebook 04's steps (course_utils.training), from the same profile, with overrid
 ``GRPOConfig`` field the profile does not have. ``--vllm-server URL`` generates on a separate ``trl vllm-serve``.
 Under several processes, only the main one clears the run folder and saves the model.
 
-Nothing is lost by accident: the whole configuration (values, data, switches, the packages a flag needs) is
-checked before the run folder is touched; a folder holding an earlier run is continued with ``--resume`` or
-cleared with ``--overwrite``, never silently, and ``--overwrite`` clears only a folder the course made, only of
-the files it writes (``training.run_folder``). ``--resume`` continues from the newest complete checkpoint, naming
-any torn one it skips, and refuses other settings or a finished run. A Ctrl-C or SIGTERM ends the run after the
-step in progress, with a checkpoint of it (a second one stops at once); an interrupted or failed run never
-shortens its log history and says how to continue. One run at a time per folder.
+Nothing is lost by accident: the whole configuration (values, data, switches, the packages a flag needs, the
+``COURSE_MODEL_DIR`` folder) is checked before the run folder is touched; a folder holding an earlier run is
+continued with ``--resume`` or cleared with ``--overwrite``, never silently, and ``--overwrite`` clears only a
+folder the course made, only of the files it writes (``training.run_folder``). ``--resume`` continues from the
+newest complete checkpoint, naming any torn one it skips, and refuses other settings or a finished run. A Ctrl-C
+or SIGTERM ends the run after the step in progress, with a checkpoint of it (a second one stops at once); an
+interrupted or failed run never shortens its log history and says how to continue. One run at a time per folder.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from course_utils import cpu_speed
 from course_utils.core import transformers_internals
 from course_utils.core.profiles import Profile, get_profile, profile_names
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
+from course_utils.lesson.local_model import local_model_dir
 from course_utils.lesson.offline_model import ModelUnavailableError
 from course_utils.training import run_folder
 from course_utils.training.grpo_config import check_training_ranges, make_grpo_config, vllm_available
@@ -135,6 +136,15 @@ def check_switches_and_packages(profile: Profile, config: Any) -> None:
         if importlib.util.find_spec(target) is None:
             raise SystemExit(f"error: report_to={target!r} needs the {target!r} package, which is not installed: "
                              f"pip install {target}, or --config report_to=none.")  # fmt: skip
+
+
+def check_model_folder(profile: Profile) -> None:
+    """``COURSE_MODEL_DIR``'s folder checked whole (tokenizer, shapes, size) now: a bad copy must not cost the run
+    folder, nor train on a 3-token tokenizer."""
+    try:
+        local_model_dir(profile)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def run_dir_from_args(args: argparse.Namespace, profile: Profile) -> Path:
@@ -297,6 +307,7 @@ def main(argv: list[str] | None = None) -> Path:
     # Everything is checked before the run folder is touched: a typo must not cost the earlier run
     config = build_config(profile, run_dir, overrides)
     check_switches_and_packages(profile, config)
+    check_model_folder(profile)
     with contextlib.ExitStack() as held:
         if state.is_main_process:  # one run per folder: the main process holds its lock for the whole run
             with inputs_explained():  # a folder in use is named before any advice on its earlier run

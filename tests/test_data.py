@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -207,6 +208,21 @@ def test_lenient_mode_skips_and_reports_which_rows():
     assert "row 2 (index 1):" in text and "row 4 (index 3):" in text and "row 5 (index 4):" in text
     assert "row 1 " not in text and "row 3 " not in text
     assert len(kept) == 2 and kept["answer"] == ["6", "6"]
+
+
+def test_a_bad_row_of_a_gsm8k_file_is_named_with_the_file(tmp_path):
+    """A row number alone does not say which file to open: load_gsm8k's source goes into every row error."""
+    rows = [GOOD, {"question": "How many?", "answer": "no marker here"}, GOOD]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    source = f"GSM8K train from folder: {re.escape(str(tmp_path / 'train.jsonl'))}"
+    named = rf"row 2 \(index 1\) of {source}: no '####' marker"
+    with pytest.raises(GSM8KFormatError, match=named):
+        load_gsm8k("train", tmp_path, formatted=True, verbose=False)
+    raw = load_gsm8k("train", tmp_path, verbose=False)
+    with pytest.warns(UserWarning, match=rf"skipped 1 of 3 rows of {source}: row 2"):
+        format_gsm8k(raw, lenient=True)
+    with pytest.raises(GSM8KFormatError, match=rf"Cannot measure {named}"):
+        token_length_stats(raw, None)
 
 
 def test_lenient_mode_is_silent_without_bad_rows():

@@ -817,6 +817,23 @@ def test_group_advantages_of_rewards_with_none_are_trls():
     assert frac_reward_zero_std(rewards, 3) == pytest.approx(trl_frac_reward_zero_std(rewards, 3))
 
 
+def test_an_infinite_reward_does_in_trl_what_check_03_8_says():
+    """03.8 refuses inf and -inf for what the installed TRL does with them; None passes (TRL skips it)."""
+    import torch
+
+    from course_utils.exercises.nb03_reward_functions.own_reward import _value_problem
+    from course_utils.lesson.trl_grpo import trl_group_advantages
+
+    rewards = [math.inf, 1.0, 0.0, 0.0]
+    assert torch.equal(trl_group_advantages(rewards, 4, "group"), torch.zeros(4))
+    assert (trl_group_advantages(rewards, 4, "none")[1:] < -1e38).all()
+    assert (trl_group_advantages([-math.inf, 1.0, 0.0, 0.0], 4, "none")[1:] > 1e38).all()
+    for value, others in ((math.inf, "-3.4e38"), (-math.inf, "about 3.4e38")):
+        why = _value_problem(value)
+        assert why is not None and "scale_rewards='group'" in why and others in why and "finite" in why, why
+    assert _value_problem(None) is None and _value_problem(math.nan) is not None
+
+
 def test_the_reward_table_sums_around_a_none_as_trl_does():
     from course_utils.lesson.rewards import scoring
 
@@ -893,39 +910,79 @@ def test_a_stand_in_is_labelled_in_every_table_and_figure_of_notebook_05():
     assert "is_short_run))" in code  # the validation figure's title too
 
 
+# --- Round two: a model folder checked whole before any work ----------------------------------------------------
+
+
+def test_a_model_folder_without_tokenizer_json_stops_the_script_before_the_run_folder_is_touched(
+    script, monkeypatch, tmp_path
+):
+    from course_utils.lesson.tiny_qwen import save_tiny_qwen
+
+    model_dir = save_tiny_qwen(tmp_path / "qwen")
+    (model_dir / "tokenizer.json").unlink()  # AutoTokenizer then gives a 3-token tokenizer, without a word
+    monkeypatch.setenv("COURSE_MODEL_DIR", str(model_dir))
+    monkeypatch.setenv("COURSE_REHEARSAL", "1")  # the gpu profile rehearsed on a CPU, as make rehearse runs it
+    before = earlier_run(tmp_path / "run")
+    said = rf"COURSE_MODEL_DIR: the tokenizer in {re.escape(str(model_dir))} has 3 tokens .*Point COURSE_MODEL_DIR at"
+    for run_dir, flags in ((tmp_path / "run", ["--overwrite"]), (tmp_path / "new", [])):
+        with pytest.raises(SystemExit, match=said):
+            script.main(["--profile", "gpu", "--output-dir", str(run_dir), *flags])
+    assert snapshot(tmp_path / "run") == before and not (tmp_path / "run" / run_folder.LOCK_FILENAME).exists()
+    assert not (tmp_path / "new").exists()
+
+
 # --- Round two: every deletion locked, only the course's own files deleted ------------------------------------
 
 
 @pytest.fixture
 def held_by_another_run(tmp_path):
-    """A second process holding ``tmp_path / "run"``'s lock, as a running ``train_grpo.py`` does."""
-    holder = "import sys, time; from course_utils.training import run_folder as f; from pathlib import Path\n"
-    holder += "with f.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"
-    process = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    """A second process (``holder.py``) holding ``tmp_path / "run"``'s lock, as a running ``train_grpo.py`` does."""
+    holder = tmp_path / "holder.py"
+    holder.write_text("import sys, time; from course_utils.training import run_folder as f; from pathlib import Path\n"
+                      "with f.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)\n")  # fmt: skip
+    process = subprocess.Popen([sys.executable, str(holder), str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "held"
-        yield tmp_path / "run"
+        yield SimpleNamespace(run_dir=tmp_path / "run", pid=process.pid)
     finally:
         process.kill()
         process.wait(timeout=30)
 
 
+def in_use_by(holder: SimpleNamespace) -> str:
+    """The refusal a locked folder gives: the holder's process and command, nothing changed, the ways forward."""
+    return (rf"{re.escape(str(holder.run_dir))} is in use by another run \(process {holder.pid}: holder.py "
+            rf".*\); nothing in it was changed. Wait for that run to end or stop it \(kill {holder.pid}\), then try "
+            r"again, or give this run another folder")  # fmt: skip
+
+
 def test_notebook_04s_fresh_start_never_deletes_a_running_scripts_checkpoints(held_by_another_run):
     from course_utils.training.run import clear_run_dir
 
-    before = earlier_run(held_by_another_run)
-    with pytest.raises(run_folder.RunFolderError, match=r"in use by another run \(process \d+\)"):
-        clear_run_dir(held_by_another_run)
-    assert snapshot(held_by_another_run) == before
+    before = earlier_run(held_by_another_run.run_dir)
+    with pytest.raises(run_folder.RunFolderError, match=in_use_by(held_by_another_run)):
+        clear_run_dir(held_by_another_run.run_dir)
+    assert snapshot(held_by_another_run.run_dir) == before
+
+
+def test_notebook_04s_resume_never_sets_aside_a_checkpoint_another_run_is_writing(held_by_another_run):
+    run_dir = held_by_another_run.run_dir
+    earlier_run(run_dir)
+    (run_dir / "checkpoint-3").mkdir()  # the running script's save in progress: no trainer_state.json yet
+    (run_dir / "checkpoint-3" / "adapter_model.safetensors").write_bytes(b"being written")
+    before = snapshot(run_dir)
+    with pytest.raises(run_folder.RunFolderError, match=in_use_by(held_by_another_run)):
+        run_folder.prepare_resume(run_dir, max_steps=4)
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.parametrize("flag", [[], ["--resume"], ["--overwrite"]])
 def test_a_second_run_into_a_busy_folder_is_told_it_is_in_use_not_to_resume(script, held_by_another_run, flag):
-    before = earlier_run(held_by_another_run)
-    with pytest.raises(SystemExit, match=r"in use by another run \(process \d+\): wait for it to end") as caught:
-        script.main(["--profile", "ci", "--output-dir", str(held_by_another_run), *flag])
+    before = earlier_run(held_by_another_run.run_dir)
+    with pytest.raises(SystemExit, match=in_use_by(held_by_another_run)) as caught:
+        script.main(["--profile", "ci", "--output-dir", str(held_by_another_run.run_dir), *flag])
     assert "--resume" not in str(caught.value)
-    assert snapshot(held_by_another_run) == before
+    assert snapshot(held_by_another_run.run_dir) == before
 
 
 def model_card(run_dir: Path) -> None:
@@ -1092,6 +1149,25 @@ def test_every_number_out_of_range_is_refused_under_the_profiles_own_name(script
     with pytest.raises(SystemExit, match=rf"error: --set: Profile: {field}=.* is out of range: it must be a finite"):
         script.main(["--profile", "ci", "--set", change, "--output-dir", str(tmp_path / "run"), "--overwrite"])
     assert snapshot(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize("option", ["--set", "--config"])
+def test_max_steps_minus_one_is_refused_as_epochs_by_either_option(script, tmp_path, option):
+    """transformers reads max_steps=-1 as 'train 3 epochs'; the course's runs and --resume count steps."""
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"max_steps=-1 is out of range: .*num_train_epochs \(3\) whole passes.*"
+                                         r"count steps; give the number of GRPO steps, for example max_steps=50"):
+        script.main(["--profile", "ci", option, "max_steps=-1", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize("change", ["max_completion_length=0", "save_steps=-2", "max_tool_calling_iterations=0"])
+def test_a_profile_number_out_of_range_given_to_config_is_refused_too(script, tmp_path, change):
+    """--config reaches GRPOConfig without the profile's checks; the same ranges hold there."""
+    with pytest.raises(SystemExit, match=rf"error: --config / --set: GRPOConfig: {change.split('=')[0]}=.* is out "
+                                         r"of range: it must be a finite number at least 1"):
+        script.main(["--profile", "ci", "--config", change, "--output-dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_profile_field_given_to_config_is_sent_to_set_not_called_a_spelling_error(script, tmp_path):

@@ -160,6 +160,16 @@ def test_a_model_of_another_size_is_refused_unless_rehearsed_or_the_stand_in_and
     assert "stand-in of another size" in out and "allowed by COURSE_REHEARSAL=1" in out
 
 
+def test_the_courses_own_stand_in_of_another_size_is_allowed_and_said(monkeypatch, tiny_qwen, capsys):
+    """``scripts/gpu_check.py`` runs the stand-in on a real GPU, outside the rehearsal: its size said, not refused."""
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(tiny_qwen))
+    monkeypatch.delenv(rehearsal.REHEARSAL_ENV_VAR, raising=False)
+    assert local_model_dir(PROFILES["gpu"]) == tiny_qwen
+    out = capsys.readouterr().out
+    assert "stand-in of another size than Qwen/Qwen2.5-0.5B-Instruct (hidden_size 64" in out
+    assert f"allowed by {MARKER}" in out
+
+
 def test_a_missing_shard_is_named_not_blamed_on_the_hub(monkeypatch, copy_of):
     folder = copy_of()
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")

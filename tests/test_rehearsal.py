@@ -153,3 +153,23 @@ def test_make_rehearse_stops_at_the_first_failed_profile_with_one_summary_line(l
     out = capsys.readouterr().out
     assert "rehearsal_gpu: failed (RuntimeError: notebook 04 failed: line two line three)\n" in out
     assert "stopped at the first failed profile (gpu)" in out
+
+
+def test_without_bitsandbytes_the_rehearsal_stops_before_any_profile_naming_make_rehearse_packages(
+        load_script, monkeypatch, tmp_path):  # fmt: skip
+    """The check decides before minutes of notebooks: transformers' own advice would install it into .venv."""
+    script = load_script("rehearse")
+    find_spec = script.importlib.util.find_spec
+    monkeypatch.setattr(script.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else find_spec(name, *a))  # fmt: skip
+    monkeypatch.setenv("REHEARSAL_PACKAGES", str(tmp_path))
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main puts the packages' folder first
+    tried = []
+    monkeypatch.setattr(script, "rehearse_profile", lambda name, *args: tried.append(name) or {})
+    with pytest.raises(SystemExit) as stopped:
+        script.main(["--profiles", "colab-t4", "gpu", "--build", str(tmp_path)])
+    assert tried == []
+    message = str(stopped.value.code)
+    assert f"not in {tmp_path}" in message and "`make rehearse-packages`" in message, message
+    assert "build/rehearse-packages (not into .venv" in message and "pip install -U" not in message
+    assert script.main(["--profiles", "gpu", "--build", str(tmp_path)]) == 0 and tried == ["gpu"]

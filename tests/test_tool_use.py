@@ -192,6 +192,18 @@ def test_the_tool_use_reward_pays_only_for_used_results_in_right_answers(complet
     assert tool_use_reward([completion], answer=["72"]) == [reward]
 
 
+ANSWER_12 = "\n</reasoning>\n<answer>\n12\n</answer>"
+
+
+def test_an_idle_call_whose_result_is_digits_inside_the_answer_earns_nothing():
+    """calculator('1+1') -> '2', then a right answer 12: the 2 in 12 is a digit, not the result written as a number."""
+    idle = _completion(("call", "1+1", "<reasoning>\n"), ("tool", "2"), "Ten and two make 12." + ANSWER_12)
+    assert "2" in idle[-1]["content"] and tool_calls_used(idle) == (1, 0)
+    assert tool_use_reward([idle], answer=["12"]) == [0.0]
+    used = _completion(("call", "10+2", "<reasoning>\n10+2 = "), ("tool", "12"), "12." + ANSWER_12)
+    assert tool_use_reward([used], answer=["12"]) == [TOOL_USE_REWARD]  # the same answer from the tool's result pays
+
+
 def test_calling_for_nothing_never_beats_a_used_call():
     padded = [*USED[:-1], *_completion(("call", "2+2", "72 clips. "), ("tool", "4")), USED[-1]]
     assert tool_calls_used(padded) == (2, 1)
@@ -252,3 +264,10 @@ def test_grpo_trains_a_step_with_the_calculator_as_a_tool(tiny_qwen, tmp_path):
 def test_the_calculator_is_exact_on_long_decimals(expression, result):
     """Numbers are read from their text, not from the float Python parses them to (which rounds long decimals)."""
     assert calculator(expression) == result
+
+
+@pytest.mark.parametrize("expression", ["0x10 + 1", "0b11", "0o7*2"])
+def test_the_calculator_refuses_numbers_not_written_in_decimal(expression):
+    """Python parses 0x10 as 16, but its text is no decimal: the model reads why, not Fraction's own error."""
+    with pytest.raises(CalculatorError, match="write numbers in decimal digits"):
+        calculator(expression)

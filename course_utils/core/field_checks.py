@@ -45,6 +45,14 @@ PROFILE_MINIMUMS: Mapping[str, tuple[float, bool]] = types.MappingProxyType({
 })  # fmt: skip
 
 
+# What a value below the minimum would do instead, said with the refusal where it is not a plain crash
+RANGE_CONSEQUENCES: Mapping[str, str] = types.MappingProxyType({
+    "max_steps": ("transformers reads max_steps <= 0 as 'train by epochs' and would run num_train_epochs (3) whole "
+                  "passes over the data, while the course's runs, checkpoints, plots and --resume count steps; give "
+                  "the number of GRPO steps, for example max_steps=50"),
+})  # fmt: skip
+
+
 class FieldValueError(ValueError):
     """A configuration value of the wrong type, or not one of the field's choices."""
 
@@ -97,7 +105,9 @@ def range_problem(name: str, value: Any) -> str | None:
     low, allowed = PROFILE_MINIMUMS[name]
     if math.isfinite(value) and (value > low or (allowed and value == low)):
         return None
-    return f"{name}={value!r} is out of range: it must be a finite number {'at least' if allowed else 'above'} {low}"
+    why = f" ({RANGE_CONSEQUENCES[name]})" if name in RANGE_CONSEQUENCES else ""
+    bound = f"{'at least' if allowed else 'above'} {low}"
+    return f"{name}={value!r} is out of range: it must be a finite number {bound}{why}"
 
 
 def check_dataclass_changes(cls: type, changes: Mapping[str, Any], choices: Mapping[str, tuple[Any, ...]]) -> None:

@@ -184,6 +184,7 @@ def load_gsm8k(
     dataset = Dataset.from_list([{"question": row["question"], "answer": row["answer"]} for row in rows])
     if verbose:
         print(f"GSM8K {split}: {len(dataset):,} rows from {source}")
+    dataset.info.description = f"GSM8K {split} from {source}"  # before formatting: a bad row's error names the file
     dataset = format_gsm8k(dataset) if formatted else dataset
     dataset.info.description = f"GSM8K {split} from {source}"
     return dataset

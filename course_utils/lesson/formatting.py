@@ -100,7 +100,20 @@ class BadRow:
     excerpt: str
 
     def __str__(self) -> str:
-        return f"row {self.index + 1} (index {self.index}): {self.reason} ({self.excerpt!r})"
+        return self.described()
+
+    def described(self, source: str = "") -> str:
+        """The row as a person counts it (row 1 is the first), ``source`` after it (``data_source``), and why."""
+        return f"row {self.index + 1} (index {self.index}){source}: {self.reason} ({self.excerpt!r})"
+
+
+def data_source(dataset: Any) -> str:
+    """`` of <file or source>`` when the rows say where they came from (``load_gsm8k`` notes it), else "".
+
+    A bad row's number alone does not say which file to open.
+    """
+    source = getattr(getattr(dataset, "info", None), "description", None)
+    return f" of {source}" if isinstance(source, str) and source.strip() else ""
 
 
 def format_row(row: dict[str, Any], system_prompt: str = SYSTEM_PROMPT) -> dict[str, Any]:
@@ -147,17 +160,20 @@ def format_gsm8k(dataset: Any, *, lenient: bool = False, system_prompt: str = SY
     bad rows instead and warns with how many and which, so nothing disappears unnoticed.
     """
     parsed, bad = [], []
+    source = data_source(dataset)
     for index, row in enumerate(dataset):
         good, problem = parse_row(index, row, system_prompt)
         if good is not None:
             parsed.append(good)
             continue
         if not lenient:
-            raise GSM8KFormatError(f"Cannot format {problem}. Fix the row, or pass lenient=True to skip bad rows.")
+            raise GSM8KFormatError(f"Cannot format {problem.described(source)}. Fix the row, or pass lenient=True "
+                                   "to skip bad rows.")  # fmt: skip
         bad.append(problem)
     if bad:
         listed = "; ".join(str(b) for b in bad[:10]) + (" ..." if len(bad) > 10 else "")
-        warnings.warn(f"format_gsm8k skipped {len(bad)} of {len(bad) + len(parsed)} rows: {listed}", stacklevel=2)
+        warnings.warn(f"format_gsm8k skipped {len(bad)} of {len(bad) + len(parsed)} rows{source}: {listed}",
+                      stacklevel=2)  # fmt: skip
     if not parsed:
-        raise ValueError("No usable rows: the dataset is empty or every row is malformed.")
+        raise ValueError(f"No usable rows{source}: the dataset is empty or every row is malformed.")
     return Dataset.from_list(parsed)

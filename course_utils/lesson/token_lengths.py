@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from course_utils.core.answer_format import SYSTEM_PROMPT, XML_TEMPLATE
-from course_utils.lesson.formatting import GSM8KFormatError, parse_row
+from course_utils.lesson.formatting import GSM8KFormatError, data_source, parse_row
 
 
 def render_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -103,7 +103,8 @@ def _texts_for_lengths(dataset: Any) -> tuple[list[list[dict[str, str]]], list[s
     for index, row in enumerate(rows):
         good, problem = parse_row(index, row, SYSTEM_PROMPT)
         if problem is not None:
-            raise GSM8KFormatError(f"Cannot measure {problem}. Fix the row or drop it with format_gsm8k(lenient=True).")
+            raise GSM8KFormatError(f"Cannot measure {problem.described(data_source(dataset))}. Fix the row or drop it "
+                                   "with format_gsm8k(lenient=True).")  # fmt: skip
         parsed.append(good)
     return [r["prompt"] for r in parsed], [r["reasoning"] for r in parsed], [r["answer"] for r in parsed]
 

@@ -113,7 +113,7 @@ def _value(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
         if isinstance(node.value, float) and not math.isfinite(node.value):
             raise CalculatorError("numbers must be finite")
-        return _checked(Fraction(ast.get_source_segment(source, node).replace("_", "")))
+        return _checked(_number(ast.get_source_segment(source, node) or str(node.value)))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_value(node.operand, source))
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
@@ -126,6 +126,14 @@ def _value(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Tuple):
         raise CalculatorError("write numbers without thousands commas: 1000, not 1,000")
     raise CalculatorError(f"only numbers, + - * / ** and parentheses are allowed, not {type(node).__name__}")
+
+
+def _number(text: str) -> Fraction:
+    """A number's exact value from its text; hex, octal and binary literals are refused: GSM8K writes decimals."""
+    try:
+        return Fraction(text.replace("_", ""))
+    except ValueError:
+        raise CalculatorError(f"write numbers in decimal digits, such as 16 or 2.5, not {text!r}") from None
 
 
 def _power(base: Fraction, exponent: Fraction) -> Fraction:

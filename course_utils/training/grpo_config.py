@@ -11,11 +11,13 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
 
+from course_utils.core.field_checks import PROFILE_MINIMUMS, field_problem, range_problem
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.rewards import DEFAULT_PRESET, grpo_reward_weights, max_total_reward
 from course_utils.training.trained_model import default_run_dir
@@ -208,7 +210,8 @@ TRAINING_RANGES: dict[str, tuple[float, bool, str]] = {
 
 
 def check_training_ranges(config: Any) -> None:
-    """Refuse a ``temperature``, ``learning_rate`` or ``beta`` that cannot train, naming the field and its range.
+    """Refuse a ``temperature``, ``learning_rate`` or ``beta`` that cannot train, naming the field and its range,
+    and a field the profile also has (``max_steps``, lengths, batch) of another type or outside the profile's range.
 
     For a run about to start (the script); a learner's config in notebook 04 is judged by its check instead.
     """
@@ -217,6 +220,16 @@ def check_training_ranges(config: Any) -> None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value < low or (value == low and not low_allowed):
             raise ValueError(f"{name}={value!r} cannot train: it must be {wanted}.")
+    # The fields a profile also has (max_steps, batch, lengths, ...) keep the profile's types and ranges when
+    # --config sets them: GRPOConfig takes max_steps=-1 (3 epochs) or max_completion_length=0 without a word
+    hints = typing.get_type_hints(Profile)
+    shared = [name for name in PROFILE_MINIMUMS
+              if name in GRPOConfig.__dataclass_fields__ and getattr(config, name, None) is not None]  # None: unset
+    problems = [problem for name in shared
+                if (problem := field_problem(name, value := getattr(config, name), hints[name])
+                    or range_problem(name, value))]  # fmt: skip
+    if problems:
+        raise ValueError("GRPOConfig: " + "; ".join(problems))
 
 
 # --- The lab's reward scale ---------------------------------------------------------------------

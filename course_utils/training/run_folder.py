@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -284,13 +285,10 @@ def locked(run_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunFolderError(
-                f"{run_dir} is in use by another run ({_lock_owner(handle)}): wait for it to end, or give "
-                "another --output-dir."
-            ) from None
+            raise RunFolderError(_in_use_message(run_dir, _lock_owner(handle))) from None
         handle.seek(0)
         handle.truncate()
-        handle.write(f"process {os.getpid()}\n")
+        handle.write(f"process {os.getpid()}: {_command_line()}\n")
         handle.flush()
         _HELD.add(key)
         try:
@@ -303,6 +301,20 @@ def locked(run_dir: Path) -> Iterator[None]:
 def _lock_owner(handle: TextIO) -> str:
     handle.seek(0)
     return handle.read().strip() or "process unknown"
+
+
+def _command_line() -> str:
+    """This process's command, shortened, for the lock: a learner told "in use" sees which run holds the folder."""
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    return command if len(command) <= 160 else command[:157] + "..."
+
+
+def _in_use_message(run_dir: Path, owner: str) -> str:
+    """Who holds ``run_dir``, that nothing was changed, and the ways forward (the script's and the notebook's)."""
+    pid = re.match(r"process (\d+)", owner)
+    stop = f" or stop it (kill {pid.group(1)})" if pid else ""
+    return (f"{run_dir} is in use by another run ({owner}); nothing in it was changed. Wait for that run to end"
+            f"{stop}, then try again, or give this run another folder (--output-dir for the script).")  # fmt: skip
 
 
 # --- Writing without tearing ---------------------------------------------------------------------------
@@ -481,12 +493,14 @@ def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
 
     Torn checkpoints newer than the newest complete one are renamed ``checkpoint-N.torn`` (kept, said aloud), so
     ``get_last_checkpoint`` finds the complete one; a run already at ``max_steps`` is refused (resuming it would
-    train one step past the end and replace ``final/``); a missing optimizer state is said.
+    train one step past the end and replace ``final/``); a missing optimizer state is said. Under the folder's lock:
+    a checkpoint another run is still writing looks torn, and moving it would lose that run's save.
     """
     run_dir = Path(run_dir)
-    checkpoint, skipped = newest_complete_checkpoint(run_dir)
-    for torn in checkpoints_newest_first(run_dir)[: len(skipped)]:
-        torn.rename(torn.with_name(torn.name + TORN_SUFFIX))
+    with locked(run_dir):
+        checkpoint, skipped = newest_complete_checkpoint(run_dir)
+        for torn in checkpoints_newest_first(run_dir)[: len(skipped)]:
+            torn.rename(torn.with_name(torn.name + TORN_SUFFIX))
     for note in skipped:
         print(f"set aside as torn (not resumable): {note}")
     if checkpoint is None:
