@@ -184,11 +184,12 @@ bench-collapse: setup
 	  $(PY) benchmarks/bench_collapse.py $(COLLAPSE_ARGS); } | tee $(BENCH_COLLAPSE_RESULTS).new
 	@$(call keep_results,$(BENCH_COLLAPSE_RESULTS))
 
-# Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]), then notebook
-# 04's model, the tool model with its calculator and with one that answers "unavailable" on 200 held-out test problems
-# (benchmarks/bench_tools.py; about 45 minutes on 2 cores with the sampled pass@k), written to $(BENCH_TOOLS_RESULTS). TOOLS_KERNELS="ATEN_CPU_
+# Notebook 08's figures: the tool lab (warm start on tool-call traces, GRPO with tools=[calculator]) and the same
+# recipe without the calculator, then the tool model with its calculator, the no-tool model and the tool model offered
+# no tool on 200 held-out test problems, greedy and sampled, with paired differences (benchmarks/bench_tools.py; its
+# *_minutes lines say how long each part took), written to $(BENCH_TOOLS_RESULTS). TOOLS_KERNELS="ATEN_CPU_
 # CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2" measures the AVX2 path on an AVX-512 machine
-# (the machine's lines say so); TOOLS_ARGS="--notebook04-model <folder>" evaluates a saved notebook 04 model.
+# (the machine's lines say so); TOOLS_ARGS="--samples 2" samples fewer completions per problem.
 BENCH_TOOLS_RESULTS ?= benchmarks/results_tools.txt
 TOOLS_PROFILE ?= cpu
 TOOLS_KERNELS ?=

@@ -13,10 +13,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from course_utils.core.profiles import get_profile
+from course_utils.evaluation import tool_eval
 from course_utils.evaluation.tool_eval import (
+    ARMS,
+    DIFFERENCES,
+    MISSING,
     call_tool,
+    describe_differences,
     evaluate_sampled_with_tool,
     evaluate_with_tool,
+    measured_tool_table,
     tool_generate,
     tool_suffix_ids,
     tool_table,
@@ -117,7 +123,63 @@ def test_greedy_evaluation_with_a_tool_counts_calls_and_failures(tokenizer):
     assert without["failure_frequency"] == 1.0 and without["tool"] == "unavailable_calculator"
     assert [r["calls"] for r in with_tool["records"]] == [1, 1, 1]
     models, pairs = tool_table({"with": with_tool, "without": without})
-    assert list(models.index) == ["with", "without"] and pairs.loc["with vs without", "McNemar p"] == 1.0
+    assert list(models.index) == ["with", "without"] and pairs.loc["with minus without", "McNemar p"] == 1.0
+    assert models.loc["with", "truncated"] == 0.0 and "format" in models.columns
+
+
+class RecordingModel(CallingModel):
+    """``CallingModel`` that keeps the text of every row it was asked to continue."""
+
+    def __init__(self, tokenizer, calls: int = 1):
+        super().__init__(tokenizer, calls)
+        self.seen = []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, **kwargs):
+        self.seen += [self.tokenizer.decode(row[mask.bool()]) for row, mask in zip(input_ids, attention_mask,
+                                                                                    strict=True)]  # fmt: skip
+        return super().generate(input_ids, attention_mask, max_new_tokens, **kwargs)
+
+
+def test_no_tool_offered_means_no_schema_and_a_call_left_unanswered(tokenizer):
+    """As GRPOTrainer without tools=: the prompt names no tool, and a call the model writes anyway ends it."""
+    model = RecordingModel(tokenizer)
+    [rollout] = tool_generate(model, tokenizer, [build_prompt("Half of 48?")], None, max_new_tokens=128)
+    assert len(model.seen) == 1 and "<tools>" not in model.seen[0] and "calculator" not in model.seen[0]
+    assert rollout.calls == 0 and rollout.ends_in_call and not rollout.truncated
+    result = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(2), None, max_new_tokens=128)
+    assert result["tool"] == "none" and result["ending_in_call_share"] == 1.0 and result["accuracy"] == 0.0
+    offered = RecordingModel(tokenizer)
+    tool_generate(offered, tokenizer, [build_prompt("Half of 48?")], max_new_tokens=128)
+    assert "<tools>" in offered.seen[0] and "calculator" in offered.seen[0]
+
+
+def test_the_three_arms_get_their_labels_and_paired_differences(tokenizer):
+    answered = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), max_new_tokens=128)
+    unanswered = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), None, max_new_tokens=128)
+    greedy = {"with_tool": answered, "same_recipe_no_tool": unanswered, "tool_model_no_tool": unanswered}
+    models, differences = tool_table(greedy)
+    assert list(models.index) == list(ARMS.values())
+    assert models.loc[ARMS["same_recipe_no_tool"], "ending in a call"] == 1.0
+    first, second = DIFFERENCES[0]
+    row = differences.loc[f"{ARMS[first]} minus {ARMS[second]}"]
+    assert row["greedy difference"] == 1.0 and row["only first"] == 3 and row["only second"] == 0
+    assert len(differences) == len(DIFFERENCES)
+    with pytest.raises(ValueError, match="names a model greedy lacks"):
+        tool_table(greedy, differences=[("with_tool", "notebook04")])
+
+
+def test_the_measured_table_reads_the_bench_lines_and_names_the_missing(monkeypatch):
+    written = {"tools_heldout_accuracy_with_tool": "0.120", "tools_pass1_with_tool_minus_same_recipe_no_tool": "+0.010",
+               "tools_pass1_with_tool_minus_same_recipe_no_tool_ci": "-0.005 to +0.025"}  # fmt: skip
+    monkeypatch.setattr(
+        tool_eval, "bench_figures", lambda names, results: {n: written[n] for n in names if n in written}
+    )
+    models, differences, missing = measured_tool_table()
+    assert models.loc[ARMS["with_tool"], "greedy"] == "0.120"
+    assert models.loc[ARMS["same_recipe_no_tool"], "greedy"] == MISSING
+    label = f"{ARMS['with_tool']} minus {ARMS['same_recipe_no_tool']}"
+    assert differences.loc[label, "pass@1 95% CI"] == "-0.005 to +0.025"
+    assert "tools_heldout_accuracy_same_recipe_no_tool" in missing and not set(written) & set(missing)
 
 
 def test_the_real_tiny_qwen_runs_greedy_and_sampled(tiny_qwen, tokenizer):
@@ -127,8 +189,9 @@ def test_the_real_tiny_qwen_runs_greedy_and_sampled(tiny_qwen, tokenizer):
     sampled = evaluate_sampled_with_tool(model, tokenizer, _rows(2), samples=2, ks=(1, 2), max_new_tokens=8)
     assert greedy["n"] == 2 and all(r["tokens"] <= 8 for r in greedy["records"])
     assert len(sampled["records"]) == 2 and 0.0 <= sampled["pass@1"] <= sampled["pass@2"] <= 1.0
+    assert 0.0 <= sampled["format_score"] <= 1.0 and 0.0 <= sampled["truncation_rate"] <= 1.0
     models, _ = tool_table({"tiny": greedy}, {"tiny": sampled})
-    assert {"pass@1", "pass@2", "pass@2 95% CI", "accuracy 95% CI"} <= set(models.columns)
+    assert {"pass@1", "pass@2", "pass@2 95% CI", "greedy 95% CI", "sampled truncated"} <= set(models.columns)
 
 
 @pytest.mark.parametrize(
@@ -168,3 +231,22 @@ def test_evaluation_refuses_rows_without_prompts_and_tables_of_other_problems(to
         tool_table({"one": one, "two": two})
     with pytest.raises(ValueError, match="at least one"):
         tool_table({})
+
+
+def test_the_differences_are_described_by_where_their_interval_lies():
+    import pandas as pd
+
+    columns = {
+        "greedy difference": ["+0.050", -0.04, MISSING],
+        "greedy 95% CI": ["+0.010 to +0.090", (-0.07, -0.01), MISSING],
+        "pass@1 difference": [0.01, float("nan"), "+0.000"],
+        "pass@1 95% CI": ["-0.005 to +0.025", None, "-0.010 to +0.010"],
+    }
+    frame = pd.DataFrame(columns, index=["a minus b", "a minus c", "c minus b"])
+    said = describe_differences(frame)
+    assert said[0] == "a minus b, greedy accuracy: +0.050 (paired 95% interval +0.010 to +0.090); the interval lies " \
+                      "above 0: higher on these problems."  # fmt: skip
+    assert "spans 0" in said[1] and "lies below 0" in said[2] and said[3] == "a minus c, sampled pass@1: not measured."
+    assert said[4] == "c minus b, greedy accuracy: not measured." and "spans 0" in said[5]
+    with pytest.raises(ValueError, match="interval must be"):
+        describe_differences(pd.DataFrame({"greedy difference": [0.1], "greedy 95% CI": ["0.1-0.2"]}, index=["x"]))

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import get_json_schema
 from trl.chat_template_utils import parse_response, qwen2_5_chat_template, supports_tool_calling
 
 from course_utils.core.profiles import get_profile
@@ -19,9 +20,14 @@ from course_utils.training.tool_lab import (
     TRACE_MAX_TOKENS,
     completion_budget,
     make_tool_grpo_config,
+    plain_trace_example,
+    run_tool_lab,
+    share_over_budget,
     tool_reward_funcs,
+    tool_run_dir,
     tool_run_profile,
     tool_tokenizer,
+    trace_completion_tokens,
     trace_dataset,
     trace_rows,
     trace_tokens,
@@ -109,6 +115,76 @@ def test_the_warm_start_on_traces_learns_the_assistants_turns_only(gsm8k_env, sm
     results = [m["content"] for m in traces[0]["completion"] if m["role"] == "tool"]
     assert results and "<tool_call>" in learned and "<answer>" in learned and "<tool_response>" not in learned
     assert all(f"<tool_response>\n{result}\n</tool_response>" in left_out for result in results), left_out
+
+
+@pytest.mark.parametrize(
+    "lengths, budget, share",
+    [([10, 20, 30, 40], 25, 0.5), ([10], 10, 0.0), ([11], 10, 1.0), ((n for n in [5, 50]), 5, 0.5)],
+)
+def test_the_share_over_budget_counts_the_lengths_a_budget_would_cut(lengths, budget, share):
+    assert share_over_budget(lengths, budget) == share
+
+
+@pytest.mark.parametrize(
+    "lengths, budget, error",
+    [([], 10, ValueError), ([10], 0, ValueError), ([10], 2.5, ValueError), ([10], True, ValueError),
+     ([-1], 10, ValueError), ([1.5], 10, ValueError), ("123", 10, TypeError), ({"a": 1}, 10, TypeError)],
+)  # fmt: skip
+def test_the_share_over_budget_refuses_bad_input(lengths, budget, error):
+    with pytest.raises(error):
+        share_over_budget(lengths, budget)
+
+
+TRACE = {
+    "prompt": [{"role": "system", "content": "Answer in XML."}, {"role": "user", "content": "Half of 48, plus 48?"}],
+    "completion": [
+        {"role": "assistant", "content": "<reasoning>\nHalf is 48/2 = ", "tool_calls": [
+            {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "48/2"}}}]},
+        {"role": "tool", "name": "calculator", "content": "24"},
+        {"role": "assistant", "content": "24. Then 24+48 = 72.\n</reasoning>\n<answer>\n72\n</answer>"},
+    ],
+    "tools": json.dumps([get_json_schema(calculator)]),
+}  # fmt: skip
+
+
+def test_a_traces_completion_counts_its_calls_and_the_tools_answers_as_trl_does(smollm2_tokenizer):
+    """Everything after the prompt's assistant header to the last end of turn: the budget TRL's tool loop fills."""
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    tokens = trace_completion_tokens(tokenizer, TRACE)
+    prompt = tokenizer.apply_chat_template(TRACE["prompt"], tools=[calculator], add_generation_prompt=True,
+                                           return_dict=True)["input_ids"]  # fmt: skip
+    whole = tokenizer.apply_chat_template([*TRACE["prompt"], *TRACE["completion"]], tools=[calculator],
+                                          return_dict=True)["input_ids"]  # fmt: skip
+    assert tokens == len(whole) - len(prompt) - 1  # the template's newline after the last end of turn is not generated
+    assert tokenizer.decode(whole[len(prompt) : len(prompt) + tokens]).endswith("</answer><|im_end|>")
+    plain = plain_trace_example(TRACE)
+    assert 0 < trace_completion_tokens(tokenizer, plain) < tokens - 40  # no call (~33 tokens), no tool turn (~24)
+    with pytest.raises(TypeError, match="warm-start example"):
+        trace_completion_tokens(tokenizer, {"prompt": TRACE["prompt"]})
+
+
+def test_the_plain_trace_is_the_same_text_with_each_result_written_instead_of_called():
+    plain = plain_trace_example(TRACE)
+    assert set(plain) == {"prompt", "completion"} and plain["prompt"] == TRACE["prompt"]  # no tools block
+    assert plain["completion"] == [{"role": "assistant", "content": "<reasoning>\nHalf is 48/2 = 24. Then 24+48 = 72."
+                                    "\n</reasoning>\n<answer>\n72\n</answer>"}]  # fmt: skip
+    with pytest.raises(TypeError, match="warm-start trace"):
+        plain_trace_example({"prompt": []})
+
+
+@pytest.mark.parametrize("name", ["cpu", "cpu-long"])
+def test_the_profiles_completion_budget_holds_its_warm_start_traces(gsm8k_env, smollm2_tokenizer, name):
+    """The budget is set from the traces: at least 90% of them fit, or GRPO cuts what the warm start taught."""
+    profile = get_profile(name)
+    tokenizer = tool_tokenizer(smollm2_tokenizer, profile)
+    lengths = [trace_completion_tokens(tokenizer, row) for row in trace_dataset(profile, tokenizer)]
+    assert share_over_budget(lengths, tool_run_profile(profile).max_completion_length) <= 0.1, sorted(lengths)
+
+
+def test_the_same_recipe_without_the_tool_has_its_own_folder_and_refuses_a_non_bool(gsm8k_env):
+    assert tool_run_dir("ci", with_tool=False).name == "tools-ci-no-tool" and tool_run_dir("ci").name == "tools-ci"
+    with pytest.raises(TypeError, match="with_tool"):
+        run_tool_lab("ci", with_tool="no")
 
 
 def test_trace_rows_refuse_a_profile_without_traces_or_with_too_many(gsm8k_env, smollm2_tokenizer):

@@ -12,9 +12,12 @@ The pieces, each from the profile (its ``tool_*`` fields, the rest as notebook 0
    Qwen2.5-Instruct's own template, which renders tools (checked with TRL's ``supports_tool_calling``).
 2. ``trace_dataset``: the warm start's examples, GSM8K's ``<<expr=result>>`` notes as calls
    (``lesson.tool_use.tool_call_trace``), with the ``tools`` column TRL's ``SFTTrainer`` renders into the prompt.
+   ``trace_completion_tokens`` measures each as TRL counts it against ``max_completion_length`` and
+   ``share_over_budget`` says how many a budget would cut: the profile's ``tool_max_completion_length`` comes from it.
 3. ``make_tool_grpo_config``: notebook 04's ``GRPOConfig`` with the tool run's steps, length and
    ``max_tool_calling_iterations``, and one more reward weight (``tool_use_reward``).
-4. ``run_tool_lab``: all of it in one call, for the benchmark and the tests.
+4. ``run_tool_lab``: all of it in one call, for the benchmark, the notebook and the tests. ``with_tool=False`` runs
+   the same recipe without the calculator (``plain_trace_example``): the model the tool model is compared with.
 
 Generation in TRL's tool loop: after each round of calls, TRL generates again for the completions that called, each
 from its prompt, its completion so far and the tool's answer, asking for ``max_completion_length`` new tokens and
@@ -123,6 +126,63 @@ def trace_tokens(tokenizer: Any, example: Mapping[str, Any]) -> int:
     return len(rendered["input_ids"])
 
 
+def trace_completion_tokens(tokenizer: Any, example: Mapping[str, Any]) -> int:
+    """The tokens of ``max_completion_length`` a warm-start example's completion takes, counted as TRL counts them:
+    everything after the prompt's assistant header to the last end of turn, the calls and the tool's answer turns
+    included. An example without a ``tools`` column is rendered without the tools block.
+
+    Why: TRL cuts a completion at the budget and drops a tool answer that would not fit, so a budget below the
+    traces' length cuts the very completions the warm start taught before their ``<answer>``.
+    """
+    if not isinstance(example, Mapping) or "prompt" not in example or "completion" not in example:
+        raise TypeError("example must be a warm-start example with 'prompt' and 'completion' (trace_example's rows)")
+    tools = json.loads(example["tools"]) if example.get("tools") else None
+    prompt = tokenizer.apply_chat_template(list(example["prompt"]), tools=tools, add_generation_prompt=True,
+                                           return_dict=True)["input_ids"]  # fmt: skip
+    whole = tokenizer.apply_chat_template([*example["prompt"], *example["completion"]], tools=tools,
+                                          return_dict=True)["input_ids"]  # fmt: skip
+    if list(whole[: len(prompt)]) != list(prompt):
+        raise ValueError(
+            "The chat template renders the prompt otherwise inside the whole example: no completion to count"
+        )
+    ends = [i for i, token in enumerate(whole) if token == tokenizer.eos_token_id and i >= len(prompt)]
+    if not ends:
+        raise ValueError(f"The completion has no end of turn ({tokenizer.eos_token!r}): use the tool_tokenizer")
+    return ends[-1] + 1 - len(prompt)
+
+
+def share_over_budget(lengths: Iterable[int], budget: int) -> float:
+    """The share of ``lengths`` (tokens per trace or completion) above ``budget``: what a ``max_completion_length``
+    of ``budget`` would cut. Why: a budget is chosen from the lengths it must hold, not guessed."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be a positive whole number of tokens, got {budget!r}")
+    if isinstance(lengths, (str, bytes, Mapping)):
+        raise TypeError(f"lengths must be whole numbers of tokens, one per trace, got {type(lengths).__name__}")
+    values = list(lengths)
+    if not values:
+        raise ValueError("lengths is empty: measure at least one trace (trace_completion_tokens)")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        raise ValueError(f"lengths must be whole numbers of tokens >= 0, got {values[:5]}")
+    return sum(v > budget for v in values) / len(values)
+
+
+def plain_trace_example(example: Mapping[str, Any]) -> dict[str, Any]:
+    """A warm-start trace without the calculator, for the no-tool model trained by the same recipe: the same prompt,
+    and one assistant turn with the trace's assistant text in order; no ``tools`` column, so no tools block.
+
+    Why this is the same example less the tool: GSM8K writes each result right after its note (``48/2 = <<48/2=24>>24
+    clips``), so a trace's turns stop at ``48/2 = `` and go on with ``24 clips``; joined, they read ``48/2 = 24
+    clips``: the same problem, solution and arithmetic, with the model writing each result the calculator gave.
+    """
+    completion = example.get("completion") if isinstance(example, Mapping) else None
+    if not isinstance(completion, list) or "prompt" not in example:
+        raise TypeError("example must be a warm-start trace with 'prompt' and 'completion' (trace_example's rows)")
+    text = "".join(
+        m.get("content") or "" for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"
+    )
+    return {"prompt": list(example["prompt"]), "completion": [{"role": "assistant", "content": text}]}
+
+
 def trace_rows(profile: Profile | str | None, tokenizer: Any, folder: str | Path | None = None) -> list[int]:
     """The train rows of the warm start's traces: from the end of the split back, the first
     ``tool_warm_start_examples`` whose solution has at most ``tool_max_solution_steps`` steps and whose trace fits
@@ -194,9 +254,12 @@ def make_tool_grpo_config(
     return make_grpo_config(run, output_dir or tool_run_dir(p), **(settings | overrides))
 
 
-def tool_run_dir(profile: Profile | str | None = None) -> Path:
-    """Where the tool run writes: ``outputs/tools-<profile>``."""
-    return output_dir() / f"tools-{get_profile(profile).name}"
+NO_TOOL_SUFFIX = "-no-tool"  # the folder of the same recipe without the calculator: outputs/tools-<profile>-no-tool
+
+
+def tool_run_dir(profile: Profile | str | None = None, with_tool: bool = True) -> Path:
+    """Where the tool run writes: ``outputs/tools-<profile>``; its twin without the calculator, ``...-no-tool``."""
+    return output_dir() / f"tools-{get_profile(profile).name}{'' if with_tool else NO_TOOL_SUFFIX}"
 
 
 def tool_reward_funcs() -> list[Callable[..., list[float]]]:
@@ -296,17 +359,24 @@ def run_tool_lab(
     profile: Profile | str | None = None,
     speedups: SpeedUps = NO_SPEEDUPS,
     callbacks: Iterable[TrainerCallback] = (),
+    with_tool: bool = True,
     **config_overrides: Any,
 ) -> ToolLabResult:
     """The whole tool lab in one call: load, tool template, warm start on traces, GRPO with the calculator, save.
 
+    ``with_tool=False``: the same recipe without the calculator, so that the calculator is the one difference
+    between two models: the same start model, traces (``plain_trace_example``: each result written, not called),
+    problems, steps, rate, rewards and completion budget, with no tools offered; in ``tool_run_dir(p, False)``.
     ``speedups``: the plug-in the warm start and GRPO run with (``speedups=cpu_speed``), default plain TRL.
     ``config_overrides`` replace ``GRPOConfig`` fields. The warm start is kept in the run folder and reused when
     its settings and traces match (``training.warm_start``). Saves the log history and the merged model with its
     tool tokenizer in ``<run folder>/final``.
     """
+    if not isinstance(with_tool, bool):
+        raise TypeError(f"with_tool must be True or False, got {with_tool!r}")
     p = get_profile(profile)
-    config = make_tool_grpo_config(p, **config_overrides)
+    folder = Path(config_overrides.pop("output_dir", None) or tool_run_dir(p, with_tool))
+    config = make_tool_grpo_config(p, folder, **config_overrides)
     started = time.perf_counter()
     model, tokenizer = load_model_for_training(p)
     tokenizer = tool_tokenizer(tokenizer, p)
@@ -314,11 +384,14 @@ def run_tool_lab(
     if p.tool_warm_start_examples:
         first_trace_row = trace_rows(p, tokenizer)[0]
         traces = trace_dataset(p, tokenizer)
-        cache = tool_run_dir(p) / WARM_START_DIRNAME / "model"
+        if not with_tool:
+            traces = Dataset.from_list([plain_trace_example(row) for row in traces])
+        cache = folder / WARM_START_DIRNAME / "model"
         model = warm_start(model, tokenizer, tool_warm_start_profile(p), dataset=traces, cache=cache, speedups=speedups)
     warm_seconds = time.perf_counter() - started
     dataset = tool_training_dataset(p, tokenizer, first_trace_row)
-    trainer = build_tool_trainer(model, tokenizer, p, dataset, config, callbacks)
+    tools = (calculator,) if with_tool else ()
+    trainer = build_tool_trainer(model, tokenizer, p, dataset, config, callbacks, tools=tools)
     with run_folder.locked(Path(config.output_dir)):  # from the clearing to the saved model, one run in the folder
         run_dir = clear_run_dir(Path(config.output_dir))
         started = time.perf_counter()
