@@ -14,7 +14,9 @@ Nothing is lost by accident: the whole configuration (values, data, switches, th
 ``COURSE_MODEL_DIR`` folder) is checked before the run folder is touched; a folder holding an earlier run is
 continued with ``--resume`` or cleared with ``--overwrite``, never silently, and ``--overwrite`` clears only a
 folder the course made, only of the files it writes (``training.run_folder``). ``--resume`` continues from the
-newest complete checkpoint, naming any torn one it skips, and refuses other settings or a finished run. A Ctrl-C
+newest complete checkpoint, naming any torn one it skips; it refuses other settings (the profile's, ``--config``'s,
+the data's fingerprints, ``max_steps`` but to train a finished run further), naming both values and the choices; a
+finished run whose final model is missing, torn or older than its last checkpoint gets it rebuilt. A Ctrl-C
 or SIGTERM ends the run after the step in progress, with a checkpoint of it (a second one stops at once); an
 interrupted or failed run never shortens its log history and says how to continue. One run at a time per folder.
 """
@@ -26,6 +28,7 @@ import ast
 import contextlib
 import dataclasses
 import importlib.util
+import sys
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,21 +203,27 @@ def checkpoint_to_resume(run_dir: Path, resume: bool) -> Path | None:
     return None
 
 
-def check_resume_settings(run_dir: Path, profile: Profile) -> None:
-    """Refuse a resume under settings the run was not trained with (model, LoRA shape, group size, warm start)."""
+def check_resume_settings(run_dir: Path, profile: Profile, config: Any = None, checkpoint: Path | None = None) -> None:
+    """Refuse a resume under settings the run was not trained with (model, LoRA shape, batch, lengths, max_steps,
+    GRPOConfig fields, the data's fingerprints), naming both values and the choices; a finished run may train further.
+    """
     try:
-        conflicts = run_folder.settings_conflicts(run_dir, run_folder.run_settings(profile))
+        step = run_folder.checkpoint_step(checkpoint) if checkpoint is not None else None
+        conflicts, notes = run_folder.resume_conflicts(run_dir, run_folder.run_settings(profile, config), step)
         recorded = run_folder.recorded_settings(run_dir) is not None
-    except run_folder.RunFolderError as exc:
+    except (run_folder.RunFolderError, OSError) as exc:
         raise SystemExit(f"error: {exc}") from None
     if not recorded:
         print(f"--resume: {run_dir} recorded no settings (a notebook's run, or an older one): the model, LoRA shape, "
-              "group size and warm start are not checked against the checkpoint's.")  # fmt: skip
+              "batch, lengths, max_steps and data are not checked against the checkpoint's.")  # fmt: skip
     if conflicts:
         raise SystemExit(
             f"error: --resume: {run_dir} was trained with other settings ({'; '.join(conflicts)}). Resume with the "
-            "run's settings, pass --overwrite to start again with these, or give a new --output-dir."
+            "run's settings (put each back as said), pass --overwrite to start again with these, or give a new "
+            "--output-dir."
         )
+    for note in notes:
+        print(f"--resume: {note}")
 
 
 def finished_step(checkpoint: Path | None, config: Any) -> int | None:
@@ -299,6 +308,7 @@ def explain_failure(exc: BaseException, step: int, resumed_from: Path | None, ru
 
 
 def main(argv: list[str] | None = None) -> Path:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     profile = profile_from_args(args.profile, parse_assignments(args.set, "--set"))
     overrides = config_overrides(args)
@@ -313,17 +323,23 @@ def main(argv: list[str] | None = None) -> Path:
             with inputs_explained():  # a folder in use is named before any advice on its earlier run
                 held.enter_context(run_folder.locked(run_dir))
         check_run_dir(run_dir, args)
-        return train_in(run_dir, args, profile, config, state)
+        return train_in(run_dir, args, profile, config, state, run_folder.command_args(argv))
 
 
-def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: Any, state: Any) -> Path:
-    """The run itself, in a folder checked and locked: resume or clear, train, keep what was done, save."""
+def train_in(
+    run_dir: Path, args: argparse.Namespace, profile: Profile, config: Any, state: Any, command: list[str]
+) -> Path:
+    """The run itself, in a folder checked and locked: resume or clear, train, keep what was done, save.
+
+    ``command``: this run's arguments, recorded in the folder's marker with its settings, so a later message can
+    give the exact command that continues the run or rebuilds its final model.
+    """
     checkpoint = checkpoint_to_resume(run_dir, args.resume)
     if checkpoint is not None:
-        check_resume_settings(run_dir, profile)
+        check_resume_settings(run_dir, profile, config, checkpoint)
     final_dir = run_dir / FINAL_DIRNAME
     done = finished_step(checkpoint, config)
-    torn_final = final_problem(final_dir) if done is not None else None
+    torn_final = final_problem(final_dir, done) if done is not None else None
     if done is not None and torn_final is None:
         print(f"--resume: the run is finished (step {done} of max_steps={config.max_steps}); {final_dir} is kept. "
               "To train further, raise max_steps: --set max_steps=N --resume.")  # fmt: skip
@@ -335,7 +351,7 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
     with inputs_explained():
         check_no_held_out_problem()
         if state.is_main_process and not args.overwrite:
-            run_folder.claim(run_dir, run_folder.run_settings(profile))
+            run_folder.claim(run_dir, run_folder.run_settings(profile, config), command)
         model, tokenizer = load_model_for_training(profile)
         if profile.warm_start_examples:
             # One process caches the primed model for --resume; several would write the same files at once
@@ -347,7 +363,7 @@ def train_in(run_dir: Path, args: argparse.Namespace, profile: Profile, config: 
         if earlier:
             print(f"--overwrite: deleting the earlier run in {run_dir} ({', '.join(earlier)})")
         run_folder.clear(run_dir)
-        run_folder.claim(run_dir, run_folder.run_settings(profile))
+        run_folder.claim(run_dir, run_folder.run_settings(profile, config), command)
     state.wait_for_everyone()
     if torn_final is not None:
         if state.is_main_process:

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -346,14 +347,17 @@ def test_notebook_04s_resume_of_a_finished_run_is_refused(tmp_path):
     assert (tmp_path / "final" / "course_run.json").is_file()
 
 
-def test_notebook_04s_resume_of_a_finished_run_with_a_torn_final_names_the_rebuild(tmp_path):
-    earlier_run(tmp_path)
-    (tmp_path / "final").rename(tmp_path / "final.partial")  # killed while the final model was saved
+def test_notebook_04s_resume_of_a_finished_run_with_a_torn_final_names_the_rebuild(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "cpu")
+    run_dir = tmp_path / "grpo-ci"  # notebook 04's folder for the ci profile: the command names that profile
+    earlier_run(run_dir)
+    (run_dir / "final").rename(run_dir / "final.partial")  # killed while the final model was saved
     with pytest.raises(run_folder.RunFolderError) as refused:
-        run_folder.prepare_resume(tmp_path, max_steps=2)
+        run_folder.prepare_resume(run_dir, max_steps=2)
     said = str(refused.value)
     assert "is kept" not in said and "only final.partial on disk" in said
-    assert "Rebuild it from checkpoint-2: python scripts/train_grpo.py" in said and "--resume" in said
+    assert re.search(rf"Rebuild final/ from checkpoint-2: (\w+=\S+ )*python scripts/train_grpo.py --profile ci "
+                     rf"--output-dir {run_dir} --resume$", said), said  # fmt: skip
 
 
 def test_a_resume_without_recorded_settings_says_they_are_not_checked(script, tmp_path, capsys):
@@ -1057,16 +1061,26 @@ def finished_run(one_step_run, tmp_path, gsm8k_dir, monkeypatch):
     return tmp_path / "run"
 
 
-def test_a_torn_final_model_is_named_and_rebuilt_from_the_last_checkpoint_by_resume(script, finished_run, capsys):
+def run_said_command(script, said: str) -> None:
+    """Run the ``... python scripts/train_grpo.py ...`` command a message gives, as a learner would paste it."""
+    words = shlex.split(said.split(": ", 1)[1] if ": " in said else said)
+    start = words.index("python")
+    env = dict(word.split("=", 1) for word in words[:start])
+    assert words[start + 1] == "scripts/train_grpo.py" and env.get("GSM8K_DIR") == os.environ.get("GSM8K_DIR")
+    script.main(words[start + 2:])
+
+
+def test_a_torn_final_model_is_named_and_rebuilt_by_the_command_notebook_05_gives(script, finished_run, capsys):
     from safetensors.torch import load_file
 
     from course_utils.training.trained_model import load_trained_model
 
     (finished_run / "final").rename(finished_run / "final.partial")  # a kill while final/ was saved
     with pytest.raises(FileNotFoundError, match=r"final is missing or incomplete \(only final.partial on disk: .*"
-                                                r"train_grpo.py --profile ci --output-dir .* --resume"):
+                                                r"Rebuild it from checkpoint-1: .*train_grpo.py --profile ci --set "
+                                                r"max_steps=1 .*--resume") as said:  # fmt: skip
         load_trained_model("ci", finished_run / "final")  # notebook 05
-    script.main([*ONE_STEP, "--output-dir", str(finished_run), "--resume"])
+    run_said_command(script, str(said.value).split("Rebuild it from ", 1)[1])  # the run's own --set values with it
     out = capsys.readouterr().out
     assert "but " in out and "final is missing or incomplete (only final.partial" in out and "rebuilt " in out
     saved = load_file(finished_run / "final" / "adapter_model.safetensors")
@@ -1074,6 +1088,50 @@ def test_a_torn_final_model_is_named_and_rebuilt_from_the_last_checkpoint_by_res
     assert saved.keys() == trained.keys() and all((saved[k] == trained[k]).all() for k in saved)
     load_trained_model("ci", finished_run / "final")
     assert not (finished_run / "final.partial").exists()
+
+
+def test_a_final_model_older_than_the_finished_runs_last_checkpoint_is_rebuilt_by_resume(script, finished_run,
+                                                                                         capsys):
+    """A full disk while a run trained further saved its final model: the save's copy is removed, the old stays."""
+    info = json.loads((finished_run / "final" / "course_run.json").read_text())
+    (finished_run / "final" / "course_run.json").write_text(json.dumps({**info, "global_step": 0}))
+    script.main([*ONE_STEP, "--output-dir", str(finished_run), "--resume"])
+    out = capsys.readouterr().out
+    assert "final holds the model of step 0, not of the run's last step 1" in out and "rebuilt " in out
+    assert "is kept" not in out
+    assert json.loads((finished_run / "final" / "course_run.json").read_text())["global_step"] == 1
+
+
+def test_a_final_model_older_than_the_last_checkpoint_is_named_by_notebooks_04_and_05(tmp_path, monkeypatch, capsys):
+    from course_utils.training.lab import trained_model_or_short_run
+    from course_utils.training.trained_model import older_final_note
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path))
+    run_dir = tmp_path / "grpo-ci"  # the ci profile's run folder, where notebook 05 looks
+    earlier_run(run_dir)  # final/ saved at step 2
+    checkpoint(run_dir, 3)  # trained on to step 3, and the final model's save failed
+    with pytest.raises(run_folder.RunFolderError, match=r"final/ holds the model of step 2, not of the run's last step "
+                                                        r"3 .*Rebuild final/ from checkpoint-3: .*--profile ci --set "
+                                                        r"max_steps=3 --output-dir"):  # fmt: skip
+        run_folder.prepare_resume(run_dir, max_steps=3)
+    note = older_final_note(run_dir / "final", "ci")
+    assert note is not None and "holds the model of step 2" in note and "checkpoint-3 is newer" in note
+    assert trained_model_or_short_run("ci") == (run_dir / "final", False)  # notebook 05 evaluates it, and says so
+    assert note in capsys.readouterr().out
+    shutil.rmtree(run_dir / "checkpoint-3")
+    assert older_final_note(run_dir / "final", "ci") is None
+
+
+def test_a_cut_short_final_model_of_a_run_is_named_with_the_rebuild_command(tmp_path):
+    from course_utils.training.trained_model import load_trained_model
+
+    run_dir = tmp_path / "grpo-ci"
+    checkpoint(run_dir, 2)
+    run_folder.claim(run_dir)
+    folder = tiny_saved_model(run_dir / "final", cut_short=True)
+    with pytest.raises(ValueError, match=rf"trained model in {folder} cannot be loaded .*Rebuild it from "
+                                         r"checkpoint-2: .*train_grpo.py --profile ci --output-dir .* --resume"):
+        load_trained_model("ci", folder)
 
 
 @contextlib.contextmanager
@@ -1136,6 +1194,66 @@ def test_a_resume_after_train_jsonl_changed_is_refused_naming_both_fingerprints(
                                          rf"asks for '{len(rows) - 1} rows, .*--overwrite .*--output-dir"):
         script.main(["--profile", "ci", "--output-dir", str(tmp_path / "run"), "--resume"])
     assert snapshot(tmp_path / "run") == before
+
+
+def test_the_recorded_command_keeps_the_runs_settings_and_leaves_out_what_a_later_command_changes():
+    argv = ["--profile", "ci", "--output-dir", "a", "--set", "max_steps=1", "--resume", "--vllm-server", "http://h:8000",
+            "--overwrite", "--output-dir=b", "--vllm-server=http://h", "--config", "seed=3"]  # fmt: skip
+    assert run_folder.command_args(argv) == ["--profile", "ci", "--set", "max_steps=1", "--config", "seed=3"]
+
+
+def test_a_resume_of_an_unfinished_run_under_another_max_steps_is_refused_with_the_setting_to_put_back(script,
+                                                                                                     tmp_path):
+    earlier_run(tmp_path / "run")  # checkpoint-2 of a run of 4 steps
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(get_profile("ci").override(max_steps=4)))
+    before = snapshot(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"max_steps: the run used 4, this command asks for 6 \(put it back: --set "
+                                         r"max_steps=4, and no --config of it\).*--overwrite .*--output-dir"):
+        script.main(["--profile", "ci", "--set", "max_steps=6", "--output-dir", str(tmp_path / "run"), "--resume"])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_a_finished_run_may_train_further_and_says_what_that_does_to_the_schedule(script, tmp_path, capsys):
+    earlier_run(tmp_path / "run")  # checkpoint-2 of a run of 2 steps: finished
+    profile = get_profile("ci").override(lr_scheduler_type="linear")
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(profile))
+    run_dir = tmp_path / "run"
+    script.check_resume_settings(run_dir, profile.override(max_steps=5), None, run_dir / "checkpoint-2")
+    out = capsys.readouterr().out
+    assert "finished its max_steps=2 at step 2; it now trains on to max_steps=5: the linear learning-rate" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "field", "old"),
+    [("per_device_train_batch_size=4", "per_device_train_batch_size", 2),
+     ("max_completion_length=32", "max_completion_length", 16), ("loss_type=grpo", "loss_type", "dapo"),
+     ("seed=7", "seed", 42)],
+)  # fmt: skip
+def test_a_resume_under_another_config_value_is_refused_naming_both_values(script, tmp_path, option, field, old):
+    """--config reaches the GRPOConfig past the profile: its values are compared too, under their own names."""
+    earlier_run(tmp_path / "run")
+    profile = get_profile("ci")
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(profile, make_grpo_config(profile, tmp_path / "run")))
+    before = snapshot(tmp_path / "run")
+    put_back = "--set" if field in run_folder.CONFIG_VALUE_FIELDS else "--config"
+    with pytest.raises(SystemExit, match=rf"{field}: the run used {old!r}, this command asks for .* \(put it back: "
+                                         rf"{put_back} {field}={old}[,)].*--overwrite"):  # fmt: skip
+        script.main(["--profile", "ci", "--config", option, "--output-dir", str(tmp_path / "run"), "--resume"])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_a_resume_after_the_problem_list_file_changed_is_refused_naming_both_fingerprints(script, tmp_path,
+                                                                                         monkeypatch):
+    listing = tmp_path / "cpu-long.json"
+    listing.write_text((REPO / "data" / "problem_lists" / "cpu-long.json").read_text())
+    monkeypatch.setattr(run_folder, "problem_list_path", lambda name: tmp_path / f"{name}.json")
+    earlier_run(tmp_path / "run")
+    profile = get_profile("ci").override(problem_list="cpu-long")
+    run_folder.claim(tmp_path / "run", run_folder.run_settings(profile))
+    listing.write_text(listing.read_text().replace("{", "{ ", 1))  # rescreened: the same name, other problems
+    with pytest.raises(SystemExit, match=r"problem_list_file: the run used '\d+ bytes, sha256 \w+', this command asks "
+                                         r"for '\d+ bytes, .*put back the .*cpu-long.json the run read.*--overwrite"):
+        script.check_resume_settings(tmp_path / "run", profile, None, tmp_path / "run" / "checkpoint-2")
 
 
 @pytest.mark.parametrize(

@@ -85,14 +85,22 @@ def test_config_overrides_reach_the_grpo_config_and_a_wrong_name_stops_before_lo
 
 
 def test_a_torn_final_model_is_named_with_its_rebuild_not_run_notebook_04(outputs, capsys) -> None:
+    import torch
+    from safetensors.torch import save_file
+
     final = trained_model_dir("cpu")
     partial = final.with_name("final.partial")  # a kill or a full disk while notebook 04 saved final/
     partial.mkdir(parents=True)
     (partial / "adapter_config.json").write_text("{}")
+    checkpoint = final.with_name("checkpoint-40")  # the finished run's last checkpoint, the one a rebuild loads
+    checkpoint.mkdir()
+    save_file({"w": torch.zeros(2)}, str(checkpoint / "adapter_model.safetensors"))
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 40, "log_history": []}')
     short = trained_model_dir(short_run_profile("cpu"))
     short.mkdir(parents=True)
     (short / "adapter_config.json").write_text("{}")
     trained_model_or_short_run("cpu")
     said = capsys.readouterr().out
     assert "final is missing or incomplete (only final.partial on disk" in said
-    assert "train_grpo.py --profile cpu --output-dir" in said and "--resume" in said
+    assert "Rebuild it from checkpoint-40: " in said and "train_grpo.py --profile cpu --output-dir" in said
+    assert "--resume" in said

@@ -28,6 +28,7 @@ from course_utils.training.trained_model import (
     final_model_dir,
     find_trained_model,
     missing_final_note,
+    older_final_note,
     save_final,
 )
 from course_utils.training.warm_start import warm_start
@@ -136,6 +137,9 @@ def trained_model_or_short_run(profile: Any = None, speedups: SpeedUps = NO_SPEE
     folder = find_trained_model(profile)
     if folder is not None:
         print(f"Trained model found: {folder}")
+        note = older_final_note(folder, profile)  # a later save cut short leaves an earlier step's model there
+        if note:
+            print(note)
         return folder, False
     short = short_run_profile(profile)
     print(f"{missing_final_note(final_model_dir(profile), get_profile(profile))} (To evaluate your own run.)")

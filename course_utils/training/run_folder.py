@@ -7,18 +7,21 @@ anything else instead of touching it, as git refuses to clean files it does not 
 
 Why complete checkpoints: transformers writes ``trainer_state.json`` last, so a checkpoint without it (or with
 weights cut short) was torn by a kill or a full disk; ``newest_complete_checkpoint`` skips it and says so, where
-``get_last_checkpoint`` would pick it. The marker also records the settings a run was made with, so a resume under
-other settings is refused before any work (``settings_conflicts``).
+``get_last_checkpoint`` would pick it. The marker also records the settings a run was made with (the profile's, the
+``GRPOConfig``'s own, the data's fingerprints) and the command that made it, so a resume under other settings is
+refused before any work (``resume_conflicts``) and a torn final model is named with a command that rebuilds it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -28,9 +31,14 @@ from typing import Any, TextIO
 from safetensors import SafetensorError, safe_open
 
 from course_utils.core.paths import output_dir
-from course_utils.core.profiles import Profile
+from course_utils.core.profiles import Profile, get_profile, profile_names
+from course_utils.core.rehearsal import REHEARSAL_ENV_VAR
 from course_utils.core.speedups import env_switch
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
+from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR
+from course_utils.lesson.models import saved_model_kind
+from course_utils.lesson.offline_model import safetensors_problem
+from course_utils.training.problem_choice import problem_list_path
 
 FINAL_DIRNAME = "final"
 WARM_START_DIRNAME = "warm_start"
@@ -38,6 +46,7 @@ LOG_FILENAME = "log_history.csv"
 MARKER_FILENAME = "course_run_folder.json"
 LOCK_FILENAME = ".course_run.lock"
 STATE_FILENAME = "trainer_state.json"
+RUN_INFO_FILENAME = "course_run.json"  # written last into the final model: its kind and the step it was saved at
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
 TORN_SUFFIX = ".torn"  # a torn checkpoint set aside: kept, and no longer found by get_last_checkpoint
 CURVE_FILENAME = "validation_curve.json"  # notebook 05's checkpoint curve (evaluation.curves); notebook 06 reads it
@@ -60,8 +69,8 @@ KEPT_ON_CLEAR = frozenset({WARM_START_DIRNAME, MARKER_FILENAME, LOCK_FILENAME}) 
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors")
 # Profile fields that shape a run, so a checkpoint cannot be continued under others: the model, the adapter's shape,
 # the group size, batch and lengths, the problems and their rewards, the optimiser's schedule, and the warm start the
-# adapter was trained on (max_steps aside: raising it is how a finished run trains further). The training data's
-# fingerprint is recorded beside them (``train_data``).
+# adapter was trained on. Beside them: max_steps (raised only to train a finished run further), the GRPOConfig's own
+# fields (``CONFIG_SETTING_FIELDS``), and the fingerprints of the train split and the problem list's file.
 RESUME_SETTING_FIELDS = (
     "model_source", "model_id", "use_lora", "lora_r", "lora_alpha", "lora_target_modules", "lora_top_layers",
     "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
@@ -71,6 +80,26 @@ RESUME_SETTING_FIELDS = (
     "warm_start_examples", "warm_start_learning_rate", "warm_start_epochs", "warm_start_batch_size",
     "warm_start_reasoning", "warm_start_reasoning_lines",
 )  # fmt: skip
+# The profile's fields that --config can set too: recorded as the GRPOConfig has them, so --config cannot bypass them
+CONFIG_VALUE_FIELDS = frozenset({
+    "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
+    "mask_truncated_completions", "temperature", "beta", "learning_rate", "lr_scheduler_type", "warmup_steps",
+    "max_grad_norm", "scale_rewards", "max_steps",
+})  # fmt: skip
+# GRPOConfig fields no profile has that change what a step computes (the loss, sampling, the optimiser, the order of
+# the data), recorded as ``config.<name>``. Precision is left out: a run resumed on another machine may change it.
+CONFIG_SETTING_FIELDS = (
+    "loss_type", "seed", "data_seed", "shuffle_dataset", "reward_weights", "epsilon", "epsilon_high", "delta",
+    "num_iterations", "importance_sampling_level", "top_entropy_quantile", "off_policy_mask_threshold", "top_p",
+    "top_k", "min_p", "repetition_penalty", "generation_kwargs", "weight_decay", "optim", "adam_beta1", "adam_beta2",
+    "adam_epsilon", "lr_scheduler_kwargs", "sync_ref_model", "ref_model_sync_steps", "ref_model_mixup_alpha",
+    "disable_dropout",
+)  # fmt: skip
+CONFIG_PREFIX = "config."
+NOT_COMPARED = frozenset({"train_data_source"})  # said beside a changed fingerprint, never compared itself
+# The environment variables that choose a run's data, model and profile: a rebuild command sets them as the run had
+COMMAND_ENV_VARS = (GSM8K_DIR_ENV_VAR, MODEL_DIR_ENV_VAR, REHEARSAL_ENV_VAR)
+SCRIPT = "scripts/train_grpo.py"
 
 
 class RunFolderError(ValueError):
@@ -183,16 +212,21 @@ def check_can_hold_a_run(run_dir: Path) -> None:
         )
 
 
-def claim(run_dir: Path, settings: dict[str, Any] | None = None) -> Path:
+def claim(run_dir: Path, settings: dict[str, Any] | None = None, command: list[str] | None = None) -> Path:
     """Make ``run_dir`` (if needed) and mark it as the course's, with the run's ``settings``; return it.
 
-    An unmarked folder is claimed only when it holds nothing but course entries (an earlier run of the course).
+    ``command``: the script's arguments that made the run (``--output-dir`` and ``--resume`` / ``--overwrite`` left
+    out), kept with the environment variables that chose its data and model, so ``resume_command`` can say the exact
+    command that continues it. An unmarked folder is claimed only when it holds nothing but course entries.
     """
     check_can_hold_a_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     info = read_marker(run_dir)
     if settings is not None:
         info["settings"] = settings
+    if command is not None:
+        env = {var: os.environ[var] for var in COMMAND_ENV_VARS if os.environ.get(var)}
+        info["command"] = {"args": list(command), "env": env}
     write_atomic(run_dir / MARKER_FILENAME, json.dumps({"made_by": "grpo-course", **info}, indent=2))
     return run_dir
 
@@ -374,6 +408,37 @@ def loading(folder: Path, what: str, fix: str) -> Iterator[None]:
         raise ValueError(f"{what} in {folder} cannot be loaded: {cause}. {fix}") from exc
 
 
+# --- A whole final model ------------------------------------------------------------------------------------
+
+
+def final_problem(folder: Path, step: int | None = None) -> str | None:
+    """Why ``folder`` does not hold a whole final model of the run's step ``step`` (None: any step), or None.
+
+    Missing or without its ``course_run.json`` (only ``final.partial`` left by a kill), weights cut short, or the
+    model of an earlier step (a later save failed: a full disk removes its copy in the making, so nothing else says).
+    """
+    left = [name for name in (f"{folder.name}.partial", f"{folder.name}.old") if folder.with_name(name).exists()]
+    torn = f" (only {', '.join(left)} on disk: its save was cut short by a kill or a full disk)" if left else ""
+    if saved_model_kind(folder) is None or not (folder / RUN_INFO_FILENAME).is_file():
+        return f"is missing or incomplete{torn}"
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    problem = safetensors_problem(weights[0]) if weights else None
+    if problem:
+        return f"holds {weights[0].name} cut short ({problem})"
+    saved = _saved_step(folder)
+    if step is not None and saved is not None and saved < step:
+        cause = torn or " (its save after that step did not finish: a kill or a full disk)"
+        return f"holds the model of step {saved}, not of the run's last step {step}{cause}"
+    return None
+
+
+def _saved_step(folder: Path) -> int | None:
+    """The step a final model was saved at (its ``course_run.json``), or None when it does not say."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return int(json.loads((folder / RUN_INFO_FILENAME).read_text(encoding="utf-8"))["global_step"])
+    return None
+
+
 # --- Complete checkpoints -----------------------------------------------------------------------------
 
 
@@ -437,24 +502,48 @@ def missing_optimizer_note(checkpoint: Path) -> str | None:
 # --- The settings a run was made with ----------------------------------------------------------------------
 
 
-def run_settings(profile: Profile) -> dict[str, Any]:
-    """The profile's settings that a checkpoint depends on, and the training data's fingerprint, as JSON writes them."""
-    settings = {name: getattr(profile, name) for name in RESUME_SETTING_FIELDS}
+def run_settings(profile: Profile, config: Any = None) -> dict[str, Any]:
+    """The settings a checkpoint depends on, as JSON writes them: the profile's (``RESUME_SETTING_FIELDS``,
+    ``max_steps``), the data's fingerprints, and with ``config`` the ``GRPOConfig``'s: its values of the fields it
+    shares with the profile (a ``--config`` must not pass them by) and its own, as ``config.<name>``."""
+    settings: dict[str, Any] = {name: getattr(profile, name) for name in (*RESUME_SETTING_FIELDS, "max_steps")}
+    if config is not None:
+        settings.update({name: _plain(getattr(config, name)) for name in sorted(CONFIG_VALUE_FIELDS)})
+        settings.update({CONFIG_PREFIX + name: _plain(getattr(config, name))
+                         for name in CONFIG_SETTING_FIELDS if hasattr(config, name)})  # fmt: skip
     folder = os.environ.get(GSM8K_DIR_ENV_VAR, "")
     train = Path(folder, "train.jsonl")
     stamp = (train.stat().st_mtime_ns, train.stat().st_size) if folder and train.is_file() else ()
-    settings["train_data"] = train_data_fingerprint(folder, stamp)
-    return json.loads(json.dumps(settings))
+    settings["train_data"], settings["train_data_source"] = train_data_fingerprint(folder, stamp)
+    if profile.problem_list:
+        settings["problem_list_file"] = file_fingerprint(problem_list_path(profile.problem_list))
+    return json.loads(json.dumps(settings, default=str))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as the profile writes it: ``SchedulerType.LINEAR`` is ``"linear"``."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 @functools.lru_cache(maxsize=4)
-def train_data_fingerprint(gsm8k_dir: str, stamp: tuple[int, ...]) -> str:
-    """The train split's row count and a hash of its rows: a changed ``train.jsonl`` is another run's data.
+def train_data_fingerprint(gsm8k_dir: str, stamp: tuple[int, ...]) -> tuple[str, str]:
+    """The train split's row count and a hash of its rows (a changed ``train.jsonl`` is another run's data), and
+    where it was read from, for a message to name.
 
     Remembered per ``GSM8K_DIR`` and its file's time and size (``stamp``): the rows are read once a process."""
     train = load_gsm8k("train", verbose=False)
     digest = hashlib.sha256(json.dumps([list(train["question"]), list(train["answer"])]).encode()).hexdigest()[:16]
-    return f"{len(train)} rows, sha256 {digest}"
+    source = (train.info.description or "").partition(" from ")[2] or "unknown"
+    return f"{len(train)} rows, sha256 {digest}", source
+
+
+def file_fingerprint(path: Path) -> str:
+    """A file's size and the start of its sha256 (``"missing"`` when it is not there): a rewritten file is seen."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "missing"
+    return f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
 
 
 def recorded_settings(run_dir: Path) -> dict[str, Any] | None:
@@ -464,37 +553,134 @@ def recorded_settings(run_dir: Path) -> dict[str, Any] | None:
 
 
 def settings_conflicts(run_dir: Path, settings: dict[str, Any]) -> list[str]:
-    """``["lora_r: the run used 8, this command asks for 16", ...]`` against the settings the marker recorded."""
+    """``["lora_r: the run used 8, this command asks for 16 (put it back: --set lora_r=8)", ...]``."""
+    return resume_conflicts(run_dir, settings)[0]
+
+
+def resume_conflicts(run_dir: Path, settings: dict[str, Any], step: int | None = None) -> tuple[list[str], list[str]]:
+    """What refuses a resume against the settings the marker recorded (each with both values and how to put it
+    back), and what is only said.
+
+    ``step``: the checkpoint the resume continues from. A finished run (``step`` at its recorded ``max_steps``) may be
+    given any ``max_steps``: a higher one is how it trains further, said with what that does to the learning-rate
+    schedule. An unfinished run keeps its ``max_steps``: another would end it elsewhere, on another schedule.
+    """
     saved = recorded_settings(run_dir)
     if saved is None:
-        return []
-    return [
-        f"{name}: the run used {saved[name]!r}, this command asks for {value!r}"
-        for name, value in settings.items()
-        if name in saved and saved[name] != value
-    ]
+        return [], []
+    changed = {name: (saved[name], value) for name, value in settings.items()
+               if name in saved and name not in NOT_COMPARED and saved[name] != value}  # fmt: skip
+    notes = []
+    if "max_steps" in changed:
+        old, new = changed["max_steps"]
+        if step is not None and isinstance(old, int) and step >= old:
+            del changed["max_steps"]
+            if isinstance(new, int) and new > step:
+                notes.append(_extension_note(old, new, step, settings.get("lr_scheduler_type")))
+    for name in [name for name in changed if name.startswith(CONFIG_PREFIX)]:
+        if name.removeprefix(CONFIG_PREFIX) in changed:  # a profile field's change: said once, under its own name
+            del changed[name]
+    conflicts = [f"{name.removeprefix(CONFIG_PREFIX)}: the run used {old!r}, this command asks for {new!r} "
+                 f"({_put_back(name, old, saved)})" for name, (old, new) in changed.items()]  # fmt: skip
+    return conflicts, notes
 
 
-def _final_state(run_dir: Path, checkpoint: Path) -> str:
-    """What a finished run's final model is: kept whole, or torn (and how to rebuild it from ``checkpoint``)."""
-    final = run_dir / FINAL_DIRNAME
-    left = [name for name in (f"{FINAL_DIRNAME}.partial", f"{FINAL_DIRNAME}.old") if (run_dir / name).exists()]
-    whole = final.is_dir() and any((final / name).is_file() for name in WEIGHT_FILES)
-    if whole and not left:
-        return f"its {FINAL_DIRNAME}/ is kept."
-    found = f"only {', '.join(left)} on disk" if left else f"no weights in {FINAL_DIRNAME}/"
-    return (f"its {FINAL_DIRNAME}/ did not finish saving ({found}: a kill or a full disk). Rebuild it from "
-            f"{checkpoint.name}: python scripts/train_grpo.py --profile <the run's profile> --output-dir {run_dir} "
-            "--resume.")
+def _extension_note(old: int, new: int, step: int, scheduler: Any) -> str:
+    """What training a finished run further does: more steps, and a schedule laid out again over all of them."""
+    note = f"the run finished its max_steps={old} at step {step}; it now trains on to max_steps={new}"
+    if scheduler in ("constant", "constant_with_warmup"):
+        return f"{note} at its constant learning rate."
+    return (f"{note}: the {scheduler} learning-rate schedule is laid out again over {new} steps, so from step {step} "
+            "the rate is the new schedule's, not the end value the run had reached.")  # fmt: skip
 
 
-def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
+def _put_back(name: str, old: Any, saved: dict[str, Any]) -> str:
+    """How to give a resume the run's own value of ``name`` again."""
+    if name == "train_data":
+        return f"put back the train split the run read ({saved.get('train_data_source', 'its GSM8K_DIR')})"
+    if name == "problem_list_file":
+        list_file = problem_list_path(saved["problem_list"]) if saved.get("problem_list") else "its problem list"
+        return f"put back the {list_file} the run read (git checkout -- data/problem_lists/ for the course's own)"
+    field = name.removeprefix(CONFIG_PREFIX)
+    assignment = shlex.quote(f"{field}={_command_value(old)}")
+    if name.startswith(CONFIG_PREFIX):
+        return f"put it back: --config {assignment}"
+    return f"put it back: --set {assignment}" + (", and no --config of it" if name in CONFIG_VALUE_FIELDS else "")
+
+
+def _command_value(value: Any) -> str:
+    """A value as ``--set`` / ``--config`` reads it back (``parse_value``): text bare, lists as JSON, else repr."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return repr(value)
+
+
+# --- The command that continues a run ------------------------------------------------------------------------
+
+
+def resume_command(run_dir: Path, profile: Profile | str | None = None, max_steps: int | None = None) -> str:
+    """The shell command that continues the run in ``run_dir``, and rebuilds a finished run's torn final model.
+
+    The script's own command when it recorded one (its ``--set`` / ``--config`` and the environment variables that
+    chose its data and model), else notebook 04's profile (``profile``, else the folder's ``grpo-<profile>`` name,
+    else ``COURSE_PROFILE``) with ``max_steps`` where it is not the profile's.
+    """
+    with contextlib.suppress(RunFolderError):
+        command = read_marker(run_dir).get("command")
+        if isinstance(command, dict) and isinstance(command.get("args"), list):
+            env = command.get("env") if isinstance(command.get("env"), dict) else {}
+            return _shell(env, [str(arg) for arg in command["args"]], run_dir)
+    name = profile.name if isinstance(profile, Profile) else profile
+    if name is None:
+        folder = run_dir.name.removeprefix("grpo-")
+        name = folder if run_dir.name.startswith("grpo-") and folder in profile_names() else None
+    try:
+        chosen = get_profile(name)
+    except (ValueError, TypeError):
+        chosen = None
+    args = ["--profile", chosen.name if chosen else "<profile>"]
+    if max_steps is not None and (chosen is None or max_steps != chosen.max_steps):
+        args += ["--set", f"max_steps={max_steps}"]
+    env = {var: os.environ[var] for var in COMMAND_ENV_VARS if os.environ.get(var)}
+    return _shell(env, args, run_dir)
+
+
+def _shell(env: dict[str, Any], args: list[str], run_dir: Path) -> str:
+    """The command as a learner pastes it: variables first, every word quoted where the shell would split it."""
+    words = [f"{key}={shlex.quote(str(value))}" for key, value in env.items()]
+    words += ["python", SCRIPT, *map(shlex.quote, [*args, "--output-dir", str(run_dir)]), "--resume"]
+    return " ".join(words)
+
+
+def command_args(argv: list[str]) -> list[str]:
+    """The script's arguments as ``claim`` records them: without ``--output-dir`` (the folder is named apart),
+    ``--resume`` / ``--overwrite`` (a later command continues the run) and ``--vllm-server`` (a server that may be
+    gone by then; generating with transformers instead changes no setting a resume compares)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--output-dir", "--vllm-server"):
+            skip = True
+        elif arg not in ("--resume", "--overwrite") and not arg.startswith(("--output-dir=", "--vllm-server=")):
+            kept.append(arg)
+    return kept
+
+
+# --- Resuming in notebook 04 ----------------------------------------------------------------------------------
+
+
+def prepare_resume(run_dir: str | Path, max_steps: int, profile: Profile | str | None = None) -> Path | None:
     """Before ``trainer.train(resume_from_checkpoint=get_last_checkpoint(run_dir))``: the checkpoint it will find.
 
     Torn checkpoints newer than the newest complete one are renamed ``checkpoint-N.torn`` (kept, said aloud), so
     ``get_last_checkpoint`` finds the complete one; a run already at ``max_steps`` is refused (resuming it would
-    train one step past the end and replace ``final/``); a missing optimizer state is said. Under the folder's lock:
-    a checkpoint another run is still writing looks torn, and moving it would lose that run's save.
+    train one step past the end and replace ``final/``), its final model named when it is not there whole, with the
+    command that rebuilds it (``profile``: the run's, for that command); a missing optimizer state is said. Under the
+    folder's lock: a checkpoint another run is still writing looks torn, and moving it would lose that run's save.
     """
     run_dir = Path(run_dir)
     with locked(run_dir):
@@ -508,10 +694,13 @@ def prepare_resume(run_dir: str | Path, max_steps: int) -> Path | None:
         return None
     step = checkpoint_step(checkpoint)
     if 0 < max_steps <= step:
-        raise RunFolderError(
-            f"The run in {run_dir} is finished ({checkpoint.name}, step {step} of max_steps={max_steps}); "
-            f"{_final_state(run_dir, checkpoint)} To train further, raise max_steps; for a new run, start fresh."
-        )
+        problem = final_problem(run_dir / FINAL_DIRNAME, step)
+        said = (f"The run in {run_dir} is finished ({checkpoint.name}, step {step} of max_steps={max_steps}); its "
+                f"{FINAL_DIRNAME}/ {'is kept' if problem is None else problem}. To train further, raise max_steps; "
+                "for a new run, start fresh.")  # fmt: skip
+        if problem is not None:  # the command last: a full stop after it would be pasted with it
+            said += f" Rebuild {FINAL_DIRNAME}/ from {checkpoint.name}: {resume_command(run_dir, profile, max_steps)}"
+        raise RunFolderError(said)
     print(f"resuming from {checkpoint} (step {step})")
     note = missing_optimizer_note(checkpoint)
     if note:

@@ -18,11 +18,9 @@ from course_utils.core import transformers_internals
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.lesson.models import load_model_and_tokenizer, saved_model_kind
-from course_utils.lesson.offline_model import safetensors_problem
 from course_utils.training import run_folder
-from course_utils.training.run_folder import FINAL_DIRNAME, WARM_START_DIRNAME
+from course_utils.training.run_folder import FINAL_DIRNAME, RUN_INFO_FILENAME, WARM_START_DIRNAME, final_problem
 
-RUN_INFO_FILENAME = "course_run.json"
 WARM_START_MARKER = "course_warm_start"  # set on model.config, so a merged or saved model says it was primed
 
 
@@ -75,17 +73,6 @@ def save_final(trainer: Any, tokenizer: Any, folder: str | Path | None = None, m
     return folder
 
 
-def final_problem(folder: Path) -> str | None:
-    """Why ``folder`` does not hold a whole final model (missing, only its copy in the making, weights cut short)."""
-    left = [name for name in (f"{folder.name}.partial", f"{folder.name}.old") if folder.with_name(name).exists()]
-    if saved_model_kind(folder) is None or not (folder / RUN_INFO_FILENAME).is_file():
-        torn = f" (only {', '.join(left)} on disk: its save was cut short by a kill or a full disk)" if left else ""
-        return f"is missing or incomplete{torn}"
-    weights = [folder / name for name in run_folder.WEIGHT_FILES if (folder / name).is_file()]
-    problem = safetensors_problem(weights[0]) if weights else None
-    return f"holds {weights[0].name} cut short ({problem})" if problem else None
-
-
 def rebuild_final(trainer: Any, tokenizer: Any, checkpoint: Path, folder: Path) -> Path:
     """The final model of a finished run saved again from its last complete ``checkpoint`` (its weights loaded)."""
     transformers_internals.load_checkpoint(trainer, checkpoint)
@@ -93,10 +80,14 @@ def rebuild_final(trainer: Any, tokenizer: Any, checkpoint: Path, folder: Path) 
     return save_final(trainer, tokenizer, folder)
 
 
-def rebuild_note(folder: Path, profile: Profile) -> str:
-    """How to rebuild a torn final model: the script's ``--resume`` of the finished run does it."""
-    return (f"Rebuild it from the run's last complete checkpoint: python scripts/train_grpo.py --profile "
-            f"{profile.name} --output-dir {folder.parent} --resume")  # fmt: skip
+def rebuild_note(folder: Path, profile: Profile | str | None = None) -> str:
+    """How to rebuild a torn final model: the script's ``--resume`` of the finished run does it, from its newest
+    complete checkpoint (the run's own command, ``run_folder.resume_command``); without one, train again."""
+    checkpoint, _ = run_folder.newest_complete_checkpoint(folder.parent)
+    if checkpoint is None:
+        return (f"No complete checkpoint in {folder.parent} to rebuild it from: train it again (notebook 04 with "
+                f"COURSE_PROFILE={get_profile(profile).name}).")  # fmt: skip
+    return f"Rebuild it from {checkpoint.name}: {run_folder.resume_command(folder.parent, profile)}"
 
 
 def missing_final_note(folder: Path, profile: Profile) -> str:
@@ -105,6 +96,17 @@ def missing_final_note(folder: Path, profile: Profile) -> str:
         notebook = f"Run notebooks/04_train_grpo.ipynb with COURSE_PROFILE={profile.name} first."
         return f"No trained model in {folder}. {notebook}"
     return f"The trained model in {folder} {final_problem(folder)}. {rebuild_note(folder, profile)}"
+
+
+def older_final_note(folder: Path, profile: Profile | str | None = None) -> str | None:
+    """What to know when the run in ``folder``'s parent has a newer complete checkpoint than its final model: the
+    final is an earlier step's (a save cut short, or a run stopped before its end), and how to get the newer one."""
+    checkpoint, _ = run_folder.newest_complete_checkpoint(folder.parent)
+    problem = final_problem(folder, run_folder.checkpoint_step(checkpoint)) if checkpoint else None
+    if checkpoint is None or problem is None:
+        return None
+    return (f"Note: {folder} {problem}; {checkpoint.name} is newer. To save the run's final model (training on to "
+            f"its max_steps if it had not finished): {run_folder.resume_command(folder.parent, profile)}")  # fmt: skip
 
 
 def load_trained_model(profile: Profile | str | None = None, folder: str | Path | None = None) -> tuple[Any, Any]:
@@ -118,6 +120,8 @@ def load_trained_model(profile: Profile | str | None = None, folder: str | Path 
     if kind is None:
         raise FileNotFoundError(missing_final_note(folder, p))
     fix = f"Train it again (notebook 04 with COURSE_PROFILE={p.name}), or resume its run from a complete checkpoint."
+    if run_folder.newest_complete_checkpoint(folder.parent)[0] is not None:  # a run's final model: rebuilt from it
+        fix = rebuild_note(folder, p)
     base = load_model_and_tokenizer(p)[0] if kind == "lora-adapter" else None
     with run_folder.loading(folder, "The trained model", fix):
         if base is not None:
