@@ -566,15 +566,21 @@ _OPERATIONS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.
                ast.Pow: operator.pow}
 
 
-def _exact(node, check_each):
-    """Arithmetic on Fractions; ``check_each``: the magnitude limit on every intermediate result, not the last."""
+def _exact(node, check_each, source=None):
+    """Arithmetic on Fractions; ``check_each``: the magnitude limit on every intermediate result, not the last.
+
+    A number is read from its text in ``source``; without it, from the float Python parsed (``str(node.value)``).
+    """
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return Fraction(str(node.value))
+        value = Fraction(str(node.value) if source is None else ast.get_source_segment(source, node))  # 1e999 too
+        if check_each and abs(value) > 10**15:
+            raise ValueError("too large")
+        return value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _exact(node.operand, check_each)
+        value = _exact(node.operand, check_each, source)
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
-        left, right = _exact(node.left, check_each), _exact(node.right, check_each)
+        left, right = _exact(node.left, check_each, source), _exact(node.right, check_each, source)
         if isinstance(node.op, ast.Pow) and (right.denominator != 1 or abs(right) > 64):
             raise ValueError("exponent")
         value = _OPERATIONS[type(node.op)](left, right)  # 1/0 raises ZeroDivisionError
@@ -593,7 +599,7 @@ def limit_on_the_result_only(expression: str) -> str:
     if not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError("not an expression")
     try:
-        value = _exact(ast.parse(expression.strip(), mode="eval").body, check_each=False)
+        value = _exact(ast.parse(expression.strip(), mode="eval").body, check_each=False, source=expression.strip())
     except SyntaxError as error:
         raise ValueError("not arithmetic") from error
     if abs(value) > 10**15:
@@ -601,12 +607,9 @@ def limit_on_the_result_only(expression: str) -> str:
     return format_result(value)
 
 
-def zero_division_left_to_python(expression: str) -> str:
-    """Compute an arithmetic expression.
-
-    Args:
-        expression: The arithmetic to compute.
-    """
+def _limited(expression, numbers_from_the_text=True):
+    """A right calculator that leaves 1/0 to Python's ZeroDivisionError; or, without ``numbers_from_the_text``,
+    one that reads each number from the float Python parsed (``Fraction(str(node.value))``)."""
     if not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError("not an expression")
     try:
@@ -615,7 +618,26 @@ def zero_division_left_to_python(expression: str) -> str:
         raise ValueError("not arithmetic") from error
     if isinstance(tree.body, ast.Tuple):
         raise ValueError("no thousands commas")
-    return format_result(_exact(tree.body, check_each=True))
+    source = expression.strip() if numbers_from_the_text else None
+    return format_result(_exact(tree.body, check_each=True, source=source))
+
+
+def zero_division_left_to_python(expression: str) -> str:
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The arithmetic to compute.
+    """
+    return _limited(expression)
+
+
+def numbers_read_from_floats(expression: str) -> str:
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The arithmetic to compute.
+    """
+    return _limited(expression, numbers_from_the_text=False)
 
 
 def test_08_2_a_limit_checked_on_the_last_result_only_fails(capsys):
@@ -628,6 +650,15 @@ def test_08_2_a_limit_checked_on_the_last_result_only_fails(capsys):
 def test_08_2_division_by_zero_left_to_zerodivisionerror_passes(capsys):
     """TRL catches any error a tool raises and hands its message to the model: any error is a refusal."""
     assert nb08.check_08_calculator(zero_division_left_to_python) is zero_division_left_to_python, verdict(capsys)
+
+
+def test_08_2_numbers_read_from_the_float_python_parsed_fail(capsys):
+    """``Fraction(str(100000000000000.01))`` is ``...0.02``: the calculator answers 0.02 where the digits say 0.01."""
+    assert calculator("100000000000000.01 - 100000000000000") == "0.01"
+    assert numbers_read_from_floats("100000000000000.01 - 100000000000000") == "0.02"
+    assert nb08.check_08_calculator(numbers_read_from_floats) is calculator
+    out = verdict(capsys)
+    assert "❌ 08.2" in out and "a long decimal, which a float rounds" in out and "'0.02'" in out, out
 
 
 def used_anywhere(completions, answer, **kwargs):
@@ -657,6 +688,7 @@ def test_08_3_a_numpy_array_of_rewards_passes(gsm8k_train, capsys):
         return np.array(tool_use_reward(completions, answer=answer, **kwargs))
 
     assert nb08.check_08_tool_reward(as_array, gsm8k_train) is not tool_use_reward, verdict(capsys)
+    assert "✅ 08.3 tool-use reward" in verdict(capsys)
 
 
 def drops_tool_turns_in_place(completions, answer, **kwargs):

@@ -23,7 +23,8 @@ CALCULATOR = "08.2 calculator"
 CALCULATOR_HINT = (
     "parse with ast.parse(expression, mode='eval') after checking the type and the length; walk the tree: a "
     "Constant that is an int or a float (not a bool), UnaryOp with USub/UAdd, BinOp with Add/Sub/Mult/Div/Pow; "
-    "anything else raises CalculatorError; compute with Fraction, check every value against MAX_MAGNITUDE and a "
+    "anything else raises CalculatorError; compute with Fraction, each number read from the text you parsed "
+    "(ast.get_source_segment: the float has rounded a long decimal), check every value against MAX_MAGNITUDE and a "
     "power's size before computing it"
 )
 
@@ -79,6 +80,8 @@ CALCULATOR_CASES: tuple[tuple[str, Any], ...] = (
     ("over-long nesting", "(" * (MAX_EXPRESSION_CHARS + 10) + "1" + ")" * (MAX_EXPRESSION_CHARS + 10)),
     ("a number, not text", 12),
     ("None, not text", None),
+    # a float keeps about 16 digits: Fraction(str(100000000000000.01)) is ...0.02, the digits written say ...0.01
+    ("a long decimal, which a float rounds", "100000000000000.01 - 100000000000000"),
 )
 
 def same_result(expected: Any, got: Any) -> bool:
