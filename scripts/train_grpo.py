@@ -10,15 +10,16 @@ Notebook 04's steps (course_utils.training), from the same profile, with overrid
 ``GRPOConfig`` field the profile does not have. ``--vllm-server URL`` generates on a separate ``trl vllm-serve``.
 Under several processes, only the main one clears the run folder and saves the model.
 
-Nothing is lost by accident: the whole configuration (values, data, switches, the packages a flag needs, the
-``COURSE_MODEL_DIR`` folder) is checked before the run folder is touched; a folder holding an earlier run is
-continued with ``--resume`` or cleared with ``--overwrite``, never silently, and ``--overwrite`` clears only a
-folder the course made, only of the files it writes (``training.run_folder``). ``--resume`` continues from the
-newest complete checkpoint, naming any torn one it skips; it refuses other settings (the profile's, ``--config``'s,
-the data's fingerprints, ``max_steps`` but to train a finished run further), naming both values and the choices; a
-finished run whose final model is missing, torn or older than its last checkpoint gets it rebuilt. A Ctrl-C
-or SIGTERM ends the run after the step in progress, with a checkpoint of it (a second one stops at once); an
-interrupted or failed run never shortens its log history and says how to continue. One run at a time per folder.
+Nothing is lost by accident: the whole configuration (values, data, switches, the packages a flag needs, the GPU a
+GPU profile needs, the model: ``COURSE_MODEL_DIR``'s folder or the Hub's copy) is checked before the run folder is
+touched; a folder holding an earlier run is continued with ``--resume`` or cleared with ``--overwrite``, never
+silently, and ``--overwrite`` clears only a folder the course made, only of the files it writes
+(``training.run_folder``). ``--resume`` continues from the newest complete checkpoint, naming any torn one it skips;
+it refuses other settings (the profile's, ``--config``'s, the data's fingerprints, ``max_steps`` but to train a
+finished run further), naming both values and the choices; a finished run whose final model is missing, torn or
+older than its last checkpoint gets it rebuilt. A Ctrl-C or SIGTERM ends the run after the step in progress, with a
+checkpoint of it (a second one stops at once); an interrupted or failed run never shortens its log history and says
+how to continue. One run at a time per folder.
 """
 
 from __future__ import annotations
@@ -34,14 +35,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate import PartialState
 from trl import GRPOConfig
 
 from course_utils import cpu_speed
 from course_utils.core import transformers_internals
+from course_utils.core.hardware import hub_reachable
 from course_utils.core.profiles import Profile, get_profile, profile_names
+from course_utils.core.rehearsal import REHEARSAL_ENV_VAR
 from course_utils.lesson.data import GSM8K_DIR_ENV_VAR, load_gsm8k
-from course_utils.lesson.local_model import local_model_dir
+from course_utils.lesson.local_model import MODEL_DIR_ENV_VAR, local_model_dir
 from course_utils.lesson.offline_model import ModelUnavailableError
 from course_utils.training import run_folder
 from course_utils.training.grpo_config import check_training_ranges, make_grpo_config, vllm_available
@@ -141,13 +145,38 @@ def check_switches_and_packages(profile: Profile, config: Any) -> None:
                              f"pip install {target}, or --config report_to=none.")  # fmt: skip
 
 
+def check_device(profile: Profile) -> None:
+    """A GPU profile on a machine without CUDA, named now with the script's choices: transformers would only say that
+    fp16 needs CUDA, or fail at the first tensor sent to the GPU."""
+    if profile.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --profile {profile.name} trains on an NVIDIA GPU (device='cuda'), and this machine "
+                         "has none (torch.cuda.is_available() is False). Train the CPU lab here: --profile cpu; or "
+                         f"rehearse the GPU profile's code path on this CPU: {REHEARSAL_ENV_VAR}=1 (make rehearse)."
+                         )  # fmt: skip
+
+
 def check_model_folder(profile: Profile) -> None:
-    """``COURSE_MODEL_DIR``'s folder checked whole (tokenizer, shapes, size) now: a bad copy must not cost the run
-    folder, nor train on a 3-token tokenizer."""
+    """The model the run loads, checked before the run folder is touched: ``COURSE_MODEL_DIR``'s folder whole
+    (tokenizer, shapes, size: a bad copy must not train on a 3-token tokenizer), else, with no Hub to reach, a Hub
+    profile's model in the Hub's cache, the way forward said as the script takes it (``--profile cpu``)."""
     try:
-        local_model_dir(profile)
+        folder = local_model_dir(profile)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
+    if folder is None and profile.model_source == "hub" and not hub_reachable() and not hub_cached(profile.model_id):
+        raise SystemExit(
+            f"error: --profile {profile.name} loads {profile.model_id} from the Hugging Face Hub, which this machine "
+            "cannot reach (offline, or HF_HUB_OFFLINE=1), and no copy of it is cached here. Train the CPU lab instead: "
+            f"--profile cpu (its model comes with the course); or point {MODEL_DIR_ENV_VAR} at a copy of the model's "
+            "folder; or go online."
+        )
+
+
+def hub_cached(model_id: str) -> bool:
+    """Whether the Hub's cache on this machine holds ``model_id`` (its ``config.json``), downloaded before."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
 
 
 def run_dir_from_args(args: argparse.Namespace, profile: Profile) -> Path:
@@ -315,6 +344,7 @@ def main(argv: list[str] | None = None) -> Path:
     state = PartialState()  # the process group accelerate launch / torchrun set up (one process otherwise)
     run_dir = run_dir_from_args(args, profile)
     # Everything is checked before the run folder is touched: a typo must not cost the earlier run
+    check_device(profile)
     config = build_config(profile, run_dir, overrides)
     check_switches_and_packages(profile, config)
     check_model_folder(profile)

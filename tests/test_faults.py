@@ -255,12 +255,12 @@ def test_clearing_keeps_the_warm_start_and_the_marker_and_deletes_only_course_en
 
 def test_the_final_model_is_replaced_only_once_the_new_one_is_complete(tmp_path):
     (tmp_path / "final").mkdir()
-    (tmp_path / "final" / "old.txt").write_text("old")
+    (tmp_path / "final" / "adapter_model.safetensors").write_text("old")
     (tmp_path / "final.partial").mkdir()
-    (tmp_path / "final.partial" / "new.txt").write_text("new")
+    (tmp_path / "final.partial" / "adapter_model.safetensors").write_text("new")
     run_folder.replace_folder(tmp_path / "final.partial", tmp_path / "final")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
-    assert [p.name for p in (tmp_path / "final").iterdir()] == ["new.txt"]
+    assert snapshot(tmp_path / "final") == {"adapter_model.safetensors": b"new"}
 
 
 # --- A checkpoint is complete or ignored ----------------------------------------------------------------
@@ -938,19 +938,28 @@ def test_a_model_folder_without_tokenizer_json_stops_the_script_before_the_run_f
 # --- Round two: every deletion locked, only the course's own files deleted ------------------------------------
 
 
-@pytest.fixture
-def held_by_another_run(tmp_path):
-    """A second process (``holder.py``) holding ``tmp_path / "run"``'s lock, as a running ``train_grpo.py`` does."""
-    holder = tmp_path / "holder.py"
+@contextlib.contextmanager
+def another_run_holding(run_dir: Path) -> Iterator[SimpleNamespace]:
+    """A second process (``holder.py``) holding ``run_dir``'s lock, as a running ``train_grpo.py`` does."""
+    holder = run_dir.parent / "holder.py"
+    holder.parent.mkdir(parents=True, exist_ok=True)
     holder.write_text("import sys, time; from course_utils.training import run_folder as f; from pathlib import Path\n"
                       "with f.locked(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)\n")  # fmt: skip
-    process = subprocess.Popen([sys.executable, str(holder), str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, str(holder), str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "held"
-        yield SimpleNamespace(run_dir=tmp_path / "run", pid=process.pid)
+        yield SimpleNamespace(run_dir=run_dir, pid=process.pid)
     finally:
         process.kill()
         process.wait(timeout=30)
+        holder.unlink()
+
+
+@pytest.fixture
+def held_by_another_run(tmp_path):
+    """``tmp_path / "run"`` held by another process, as a running ``train_grpo.py`` holds its folder."""
+    with another_run_holding(tmp_path / "run") as holder:
+        yield holder
 
 
 def in_use_by(holder: SimpleNamespace) -> str:
@@ -1333,3 +1342,121 @@ def test_a_step_finished_without_a_checkpoint_is_said_and_the_way_forward_is_not
     assert "no complete checkpoint (step 1 finished, its checkpoint could not be saved (OSError" in out
     assert "no step had finished" not in out and "--resume" not in out and "--overwrite" in out
     assert (tmp_path / "log_history.csv").is_file()
+
+
+# --- Round two, audit: every deletion under the lock, a learner's files kept, the script's own way forward -------
+
+
+def test_the_lab_refuses_a_folder_another_run_holds_before_it_loads_a_model(monkeypatch, tmp_path):
+    """The lab's warm start replaces the folder's saved one: the lock is taken before it, not only at the clearing."""
+    from course_utils.training import lab
+    from course_utils.training.trained_model import default_run_dir
+
+    monkeypatch.setenv("COURSE_OUTPUT_DIR", str(tmp_path / "outputs"))
+    monkeypatch.setattr(lab, "load_model_for_training", lambda *a: pytest.fail("the model loaded before the lock"))
+    with another_run_holding(default_run_dir("ci")) as holder:
+        before = earlier_run(holder.run_dir)
+        with pytest.raises(run_folder.RunFolderError, match=in_use_by(holder)):
+            lab.run_training("ci")
+        assert snapshot(holder.run_dir) == before
+
+
+def test_a_save_into_a_folder_another_run_holds_replaces_nothing(held_by_another_run):
+    """Notebook 04's final model and warm start replace the folder's saved ones: never a running script's."""
+    from course_utils.training.trained_model import save_final, warm_start_model_dir
+    from course_utils.training.warm_start import finish_warm_start
+
+    run_dir = held_by_another_run.run_dir
+    before = earlier_run(run_dir)
+    model = SimpleNamespace(config=SimpleNamespace())
+    trainer = SimpleNamespace(model=model, state=SimpleNamespace(global_step=3, log_history=[]), train_dataset=[1],
+                              args=SimpleNamespace(output_dir=str(run_dir)))  # fmt: skip
+    with pytest.raises(run_folder.RunFolderError, match=in_use_by(held_by_another_run)):
+        save_final(trainer, None, run_dir / "final")
+    with pytest.raises(run_folder.RunFolderError, match=in_use_by(held_by_another_run)):
+        finish_warm_start(trainer, warm_start_model_dir(run_dir))
+    assert snapshot(run_dir) == before
+
+
+def test_a_new_model_folder_keeps_a_learners_files_of_the_old_one_and_names_them(tmp_path, capsys):
+    """Only the files a save writes are deleted with the old folder (by name); a kill's leftover copy goes too."""
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / "adapter_model.safetensors").write_bytes(b"old")
+    (final / "course_run.json").write_text("{}")
+    (final / "my_eval.txt").write_text("mine")
+    (final / "notes").mkdir()
+    (final / "notes" / "a.txt").write_text("a")
+    (tmp_path / "final.partial").mkdir()  # a save cut short by a kill
+    (tmp_path / "final.partial" / "adapter_model.safetensors").write_bytes(b"cut")
+    with run_folder.written_aside(final, "The final model", "fix") as partial:
+        partial.mkdir()  # as save_pretrained makes it
+        (partial / "adapter_model.safetensors").write_bytes(b"new")
+    assert sorted(child.name for child in tmp_path.iterdir()) == ["final"]
+    assert snapshot(final) == {"adapter_model.safetensors": b"new", "my_eval.txt": b"mine", "notes/a.txt": b"a"}
+    assert f"kept in {final} (not written by the course): my_eval.txt, notes/" in capsys.readouterr().out
+
+
+def test_a_damaged_marker_is_written_anew_only_where_no_earlier_run_needs_its_settings(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / run_folder.MARKER_FILENAME).write_text("{not json")  # a fresh run: nothing to check it against
+    run_folder.claim(run_dir, {"lora_r": 8}, ["--profile", "ci"])
+    assert run_folder.recorded_settings(run_dir) == {"lora_r": 8}
+    checkpoint(run_dir, 2)
+    (run_dir / run_folder.MARKER_FILENAME).write_text("{not json")
+    with pytest.raises(run_folder.RunFolderError, match=r"is damaged .*delete it and pass --resume again .*pass "
+                                                        r"--overwrite to start the run again"):  # fmt: skip
+        run_folder.claim(run_dir, {"lora_r": 8}, ["--profile", "ci"])
+    assert (run_dir / run_folder.MARKER_FILENAME).read_text() == "{not json"
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda(), reason="a machine with a GPU trains the GPU profiles")
+@pytest.mark.parametrize("name", ["colab-t4", "gpu"])
+def test_a_gpu_profile_on_a_machine_without_a_gpu_is_named_with_the_scripts_choices(
+    script, monkeypatch, tmp_path, name
+):
+    monkeypatch.delenv("COURSE_REHEARSAL", raising=False)
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=rf"--profile {name} trains on an NVIDIA GPU .*this machine has none .*"
+                                         r"--profile cpu; or rehearse .*COURSE_REHEARSAL=1"):  # fmt: skip
+        script.main(["--profile", name, "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_a_hub_profile_offline_without_a_cached_copy_is_told_the_scripts_profile_cpu_before_any_work(
+    script, monkeypatch, tmp_path
+):
+    """``COURSE_PROFILE`` is the notebooks' switch: the script takes ``--profile``."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("COURSE_REHEARSAL", "1")  # the GPU profile's code path on this CPU
+    monkeypatch.delenv("COURSE_MODEL_DIR", raising=False)
+    before = earlier_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"--profile colab-t4 loads Qwen/Qwen2.5-0.5B-Instruct from the Hugging Face "
+                                         r"Hub, which this machine cannot reach .*no copy of it is cached here\. Train "
+                                         r"the CPU lab instead: --profile cpu") as caught:  # fmt: skip
+        script.main(["--profile", "colab-t4", "--output-dir", str(tmp_path / "run"), "--overwrite"])
+    assert "COURSE_PROFILE" not in str(caught.value)
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_an_unreadable_checkpoint_is_called_unreadable_not_damaged(tmp_path, monkeypatch):
+    """As root every file reads: this user's refusal is played by ``os.access`` for checkpoint-3's files."""
+    earlier_run(tmp_path / "run")
+    unreadable = checkpoint(tmp_path / "run", 3)
+    access = os.access
+    monkeypatch.setattr(run_folder.os, "access", lambda path, mode: access(path, mode) and unreadable not in
+                        Path(path).parents)  # fmt: skip
+    problem = run_folder.checkpoint_problem(unreadable)
+    assert problem == (f"trainer_state.json, adapter_model.safetensors cannot be read by this user (permission "
+                       f"denied: chmod -R a+r {unreadable})")  # fmt: skip
+    assert run_folder.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None

@@ -144,6 +144,21 @@ def test_a_config_that_does_not_match_the_weights_is_named(monkeypatch, copy_of)
         models.load_tokenizer("gpu")
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"intermediate_size": 256}, "intermediate_size 256 in config.json, 128 in the weights"),
+     ({"num_key_value_heads": 4}, "num_key_value_heads 4 in config.json, 2 in the weights")],
+)  # fmt: skip
+def test_a_config_whose_widths_or_heads_the_weights_do_not_have_is_named(monkeypatch, copy_of, change, named):
+    """Shapes from_pretrained would refuse with a bare size-mismatch traceback, named before any work."""
+    folder = copy_of()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | change))
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    with pytest.raises(ModelFolderError, match=rf"config.json does not match its weights \({named}\)"):
+        models.load_tokenizer("gpu")
+
+
 def test_a_model_of_another_size_is_refused_unless_rehearsed_or_the_stand_in_and_then_said(
     monkeypatch, copy_of, capsys
 ):

@@ -96,22 +96,38 @@ def check_model_folder(folder: Path, model_id: str) -> None:
 
 
 def _check_weight_shapes(folder: Path, config: dict[str, Any], fix: str) -> None:
-    """The embedding's shape and the layer count the safetensors headers hold, against ``config.json``'s."""
+    """The shapes the safetensors headers hold (layers, vocabulary, widths, heads), against ``config.json``'s."""
     shapes = weight_shapes(folder, fix)
     if not shapes:
         return  # pytorch_model.bin: no header to read without loading the weights
-    layers = {int(name.split(".")[2]) for name in shapes if name.startswith("model.layers.")}
-    found = {"num_hidden_layers": len(layers)}
-    embedding = shapes.get("model.embed_tokens.weight")
-    if embedding is not None and len(embedding) == 2:
-        found |= {"vocab_size": embedding[0], "hidden_size": embedding[1]}
     wrong = [f"{key} {config.get(key)!r} in config.json, {value} in the weights"
-             for key, value in found.items() if config.get(key) != value]  # fmt: skip
+             for key, value in _config_in_weights(shapes, config).items() if config.get(key) != value]  # fmt: skip
     if wrong:
         raise ModelFolderError(
             f"{MODEL_DIR_ENV_VAR}: {folder}/config.json does not match its weights ({'; '.join(wrong)}): the two "
             f"files come from different models. {fix}"
         )
+
+
+def _config_in_weights(shapes: dict[str, list[int]], config: dict[str, Any]) -> dict[str, Any]:
+    """The ``config.json`` values the weights' shapes fix; the heads only where the width agrees (their size is the
+    width over ``num_attention_heads``), so one wrong width is not named three times."""
+    layers = {int(name.split(".")[2]) for name in shapes if name.startswith("model.layers.")}
+    found: dict[str, Any] = {"num_hidden_layers": len(layers)}
+    embedding = shapes.get("model.embed_tokens.weight")
+    if embedding is not None and len(embedding) == 2:
+        found |= {"vocab_size": embedding[0], "hidden_size": embedding[1]}
+    gate = shapes.get("model.layers.0.mlp.gate_proj.weight")
+    if gate is not None and len(gate) == 2:
+        found["intermediate_size"] = gate[0]
+    heads, width = config.get("num_attention_heads"), found.get("hidden_size")
+    if width is not None and width == config.get("hidden_size") and isinstance(heads, int) and heads > 0:
+        head_dim = config.get("head_dim") or width // heads
+        for name, projection in (("num_attention_heads", "q_proj"), ("num_key_value_heads", "k_proj")):
+            rows = shapes.get(f"model.layers.0.self_attn.{projection}.weight")
+            if rows and isinstance(head_dim, int) and head_dim > 0:
+                found[name] = rows[0] // head_dim
+    return found
 
 
 def weight_shapes(folder: Path, fix: str) -> dict[str, list[int]]:

@@ -64,13 +64,14 @@ def run_training(
     """
     p = get_profile(profile)
     config = make_grpo_config(p, **config_overrides)
-    started = time.perf_counter()
-    model, tokenizer = load_model_for_training(p)
-    if p.warm_start_examples:
-        model = warm_start(model, tokenizer, p, cache=True, speedups=speedups)  # kept: notebook 05 evaluates it
-    warm_seconds = time.perf_counter() - started
-    trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
-    with run_folder.locked(default_run_dir(p)):  # from the clearing to the saved model, one run in the folder
+    # One run in the folder from before the warm start (its save replaces the earlier one) to the saved model
+    with run_folder.locked(default_run_dir(p)):
+        started = time.perf_counter()
+        model, tokenizer = load_model_for_training(p)
+        if p.warm_start_examples:
+            model = warm_start(model, tokenizer, p, cache=True, speedups=speedups)  # kept: notebook 05 evaluates it
+        warm_seconds = time.perf_counter() - started
+        trainer = build_trainer(model, tokenizer, p, config=config, callbacks=callbacks)
         run_dir = clear_run_dir(default_run_dir(p))
         if config.log_completions:  # TRL made this folder when the trainer was built; the clearing removed it
             (Path(config.output_dir) / "completions").mkdir(parents=True, exist_ok=True)

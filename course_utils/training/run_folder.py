@@ -217,11 +217,17 @@ def claim(run_dir: Path, settings: dict[str, Any] | None = None, command: list[s
 
     ``command``: the script's arguments that made the run (``--output-dir`` and ``--resume`` / ``--overwrite`` left
     out), kept with the environment variables that chose its data and model, so ``resume_command`` can say the exact
-    command that continues it. An unmarked folder is claimed only when it holds nothing but course entries.
+    command that continues it. An unmarked folder is claimed only when it holds nothing but course entries; a
+    damaged marker is written anew only when no earlier run is there whose settings it should have kept.
     """
     check_can_hold_a_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = read_marker(run_dir)
+    try:
+        info = read_marker(run_dir)
+    except RunFolderError:
+        if earlier_entries(run_dir):  # its settings guard a resume: named, not overwritten
+            raise
+        info = {}  # no earlier run here to check against: the marker is written anew
     if settings is not None:
         info["settings"] = settings
     if command is not None:
@@ -239,8 +245,9 @@ def read_marker(run_dir: Path) -> dict[str, Any]:
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RunFolderError(f"{path} is damaged ({exc}): delete it and pass --resume again (its settings "
-                             "are then not checked), or start a new --output-dir.") from exc  # fmt: skip
+        raise RunFolderError(f"{path} is damaged ({exc}): delete it and pass --resume again (the run's settings are "
+                             "then not checked), pass --overwrite to start the run again, or give a new --output-dir."
+                             ) from exc  # fmt: skip
     return info if isinstance(info, dict) else {}
 
 
@@ -306,10 +313,17 @@ def locked(run_dir: Path) -> Iterator[None]:
     An OS file lock (``flock``): it goes with the process, so a crashed or killed run never leaves it stuck. The
     folder is checked first (never ``.`` or a file), and a lock this process holds already is held again.
     """
-    import fcntl  # POSIX only; the course runs on Linux, macOS and Colab
-
     check_can_hold_a_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    with _flock(run_dir):
+        yield
+
+
+@contextlib.contextmanager
+def _flock(run_dir: Path) -> Iterator[None]:
+    """The lock itself, on ``run_dir``'s lock file (held again when this process holds it already)."""
+    import fcntl  # POSIX only; the course runs on Linux, macOS and Colab
+
     key = run_dir.resolve()
     if key in _HELD:
         yield
@@ -330,6 +344,14 @@ def locked(run_dir: Path) -> Iterator[None]:
         finally:
             _HELD.discard(key)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def held_while_replaced(folder: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock of the run folder that ``folder`` (``final``, ``warm_start/model``) is saved in, where a run has
+    worked (its lock file is there): replacing ``folder`` deletes the old one, which a running script may still
+    need. Not checked as ``locked`` checks: a learner's file added since the run began must not cost its model."""
+    run_dir = folder.parent.parent if folder.parent.name == WARM_START_DIRNAME else folder.parent
+    return _flock(run_dir) if (run_dir / LOCK_FILENAME).is_file() else contextlib.nullcontext()
 
 
 def _lock_owner(handle: TextIO) -> str:
@@ -363,36 +385,74 @@ def write_atomic(path: Path, text: str) -> Path:
 
 
 def replace_folder(partial: Path, folder: Path) -> Path:
-    """Move a fully written ``partial`` folder to ``folder``, the old one aside first and deleted only after."""
+    """Move a fully written ``partial`` folder to ``folder``, the old one aside first and deleted only after.
+
+    Only the files a save writes (``MODEL_FILE``, by name) are deleted with the old folder: anything else in it (a
+    learner's notes beside the model) moves into the new one, and is named.
+    """
     old = folder.with_name(folder.name + ".old")
+    for earlier in (old, folder):  # a replace cut short left its old folder aside; then the folder itself
+        if earlier.is_dir():
+            _move_learners_files(earlier, partial, folder)
     if old.exists():
-        shutil.rmtree(old)
+        _delete_saved_files(old)
     if folder.exists():
         folder.rename(old)
     partial.rename(folder)
     if old.exists():
-        shutil.rmtree(old)
+        _delete_saved_files(old)
     return folder
+
+
+def _is_saved_file(path: Path) -> bool:
+    """A file a model save writes at the top of its folder (``MODEL_FILE``), told by its name."""
+    return path.is_file() and not path.is_symlink() and MODEL_FILE.match(path.name) is not None
+
+
+def _move_learners_files(source: Path, target: Path, shown: Path) -> None:
+    """Move what ``source`` holds that no save writes into ``target`` (the folder that becomes ``shown``)."""
+    moved = [child for child in sorted(source.iterdir())
+             if not _is_saved_file(child) and not os.path.lexists(target / child.name)]  # fmt: skip
+    for child in moved:
+        child.rename(target / child.name)
+    if moved:
+        names = ", ".join(child.name + "/" * (target / child.name).is_dir() for child in moved)
+        print(f"kept in {shown} (not written by the course): {names}")
+
+
+def _delete_saved_files(folder: Path) -> None:
+    """Delete the files a save wrote in ``folder`` (by name), and ``folder`` once empty; anything else is named."""
+    for child in folder.iterdir():
+        if _is_saved_file(child):
+            child.unlink()
+    left = sorted(child.name + "/" * child.is_dir() for child in folder.iterdir())
+    if left:
+        print(f"kept in {folder} (not written by the course): {', '.join(left)}")
+    else:
+        folder.rmdir()
 
 
 @contextlib.contextmanager
 def written_aside(folder: Path, what: str, fix: str) -> Iterator[Path]:
     """Give ``folder.partial`` to write into; once written, it replaces ``folder`` (``replace_folder``).
 
+    Under the lock of the run folder it is in (``held_while_replaced``): a running script's model is never replaced.
     A write that fails (a full disk: safetensors' ``SafetensorError`` or an ``OSError``) leaves ``folder`` as it was,
     removes the partial copy, and is an ``OSError`` naming ``what``, the folder, the cause, the room left and ``fix``.
     """
     partial = folder.with_name(folder.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    try:
-        yield partial
-    except (OSError, SafetensorError) as exc:
-        shutil.rmtree(partial, ignore_errors=True)
-        room = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free / 2**20
-        raise OSError(f"{what} could not be written to {folder} ({type(exc).__name__}: {exc}; {room:,.0f} MiB free on "
-                      f"that disk). {fix}") from exc  # fmt: skip
-    replace_folder(partial, folder)
+    with held_while_replaced(folder):
+        if partial.is_dir():  # a save cut short by a kill
+            _delete_saved_files(partial)
+        try:
+            yield partial
+        except (OSError, SafetensorError) as exc:
+            if partial.is_dir():
+                _delete_saved_files(partial)
+            room = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free / 2**20
+            raise OSError(f"{what} could not be written to {folder} ({type(exc).__name__}: {exc}; {room:,.0f} MiB "
+                          f"free on that disk). {fix}") from exc  # fmt: skip
+        replace_folder(partial, folder)
 
 
 @contextlib.contextmanager
@@ -443,7 +503,14 @@ def _saved_step(folder: Path) -> int | None:
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
-    """Why ``checkpoint`` cannot be resumed from (torn, empty, weights cut short), or None when it is complete."""
+    """Why ``checkpoint`` cannot be resumed from (torn, empty, weights cut short), or None when it is complete.
+
+    A file this user cannot read is named as such (with its fix), not called damaged.
+    """
+    files = [checkpoint / name for name in (STATE_FILENAME, *WEIGHT_FILES)]
+    unreadable = [path.name for path in files if path.is_file() and not os.access(path, os.R_OK)]
+    if unreadable:
+        return f"{', '.join(unreadable)} cannot be read by this user (permission denied: chmod -R a+r {checkpoint})"
     try:
         state = json.loads((checkpoint / STATE_FILENAME).read_text(encoding="utf-8"))
         int(state["global_step"])
