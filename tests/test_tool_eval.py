@@ -29,8 +29,20 @@ from course_utils.evaluation.tool_eval import (
 )
 from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.tiny_qwen import save_tiny_qwen
-from course_utils.lesson.tool_use import UNAVAILABLE_MESSAGE, calculator, unavailable_calculator
+from course_utils.lesson.tool_use import CalculatorError, calculator
 from course_utils.training.tool_lab import tool_tokenizer
+
+REFUSAL = "the calculator is switched off"
+
+
+def refusing_calculator(expression: str) -> str:
+    """Compute an arithmetic expression.
+
+    Args:
+        expression: The arithmetic to compute.
+    """
+    raise CalculatorError(REFUSAL)
+
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "48/2"}}\n</tool_call><|im_end|>'
 ANSWER = "<reasoning>\nHalf is {result}.\n</reasoning>\n<answer>\n24\n</answer><|im_end|>"
@@ -77,7 +89,7 @@ def _rows(n=2):
 def test_a_call_runs_as_trl_runs_it():
     call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "48/2"}}}
     assert call_tool(calculator, call) == ("24", False)
-    assert call_tool(unavailable_calculator, call) == (str({"error": UNAVAILABLE_MESSAGE}), True)
+    assert call_tool(refusing_calculator, call) == (str({"error": REFUSAL}), True)
     other = {"type": "function", "function": {"name": "search", "arguments": {}}}
     assert call_tool(calculator, other) == (str({"error": "Tool search not found."}), True)
     wrong_arguments = {"type": "function", "function": {"name": "calculator", "arguments": {"x": "1"}}}
@@ -99,10 +111,10 @@ def test_a_call_is_answered_and_the_model_goes_on_from_the_answer(tokenizer):
     assert (rollout.calls, rollout.failures, rollout.truncated) == (1, 0, False) and 0 < rollout.tokens <= 128
 
 
-def test_the_unavailable_calculator_answers_with_its_refusal(tokenizer):
+def test_a_refused_call_answers_with_the_error(tokenizer):
     [rollout] = tool_generate(CallingModel(tokenizer), tokenizer, [build_prompt("Half of 48?")],
-                              unavailable_calculator, max_new_tokens=128)  # fmt: skip
-    assert UNAVAILABLE_MESSAGE in rollout.messages[1]["content"] and (rollout.calls, rollout.failures) == (1, 1)
+                              refusing_calculator, max_new_tokens=128)  # fmt: skip
+    assert REFUSAL in rollout.messages[1]["content"] and (rollout.calls, rollout.failures) == (1, 1)
 
 
 def test_rounds_of_calls_stop_at_max_calls_and_the_budget_holds(tokenizer):
@@ -115,12 +127,12 @@ def test_rounds_of_calls_stop_at_max_calls_and_the_budget_holds(tokenizer):
 
 def test_greedy_evaluation_with_a_tool_counts_calls_and_failures(tokenizer):
     with_tool = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), batch_size=2, max_new_tokens=128)
-    without = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), unavailable_calculator, batch_size=2,
+    without = evaluate_with_tool(CallingModel(tokenizer), tokenizer, _rows(3), refusing_calculator, batch_size=2,
                                  max_new_tokens=128)  # fmt: skip
     assert (
         with_tool["accuracy"] == 1.0 and with_tool["calls_per_problem"] == 1.0 and with_tool["failure_frequency"] == 0
     )
-    assert without["failure_frequency"] == 1.0 and without["tool"] == "unavailable_calculator"
+    assert without["failure_frequency"] == 1.0 and without["tool"] == "refusing_calculator"
     assert [r["calls"] for r in with_tool["records"]] == [1, 1, 1]
     models, pairs = tool_table({"with": with_tool, "without": without})
     assert list(models.index) == ["with", "without"] and pairs.loc["with minus without", "McNemar p"] == 1.0

@@ -13,7 +13,6 @@ from course_utils.lesson.tiny_qwen import save_tiny_qwen
 from course_utils.lesson.tool_use import (
     MAX_EXPRESSION_CHARS,
     TOOL_USE_REWARD,
-    UNAVAILABLE_MESSAGE,
     CalculatorError,
     calculator,
     note_result,
@@ -21,7 +20,6 @@ from course_utils.lesson.tool_use import (
     tool_calls_used,
     tool_use_reward,
     trace_coverage,
-    unavailable_calculator,
 )
 
 
@@ -141,20 +139,6 @@ def test_raw_rows_count_as_formatted_rows_do():
 def test_trace_coverage_refuses_what_is_not_gsm8k_rows(rows, error, message):
     with pytest.raises(error, match=message):
         trace_coverage(rows)
-
-
-@pytest.mark.parametrize("expression", ["48/2", "1+1", "__import__('os')", "", None])
-def test_the_unavailable_calculator_refuses_every_call_with_the_same_message(expression):
-    with pytest.raises(CalculatorError, match=UNAVAILABLE_MESSAGE):
-        unavailable_calculator(expression)
-
-
-def test_the_unavailable_calculator_has_the_calculators_signature():
-    from transformers.utils import get_json_schema
-
-    real, unavailable = get_json_schema(calculator), get_json_schema(unavailable_calculator)
-    assert real["function"]["parameters"] == unavailable["function"]["parameters"]
-    assert real["function"]["description"] == unavailable["function"]["description"]
 
 
 def _call(expression):

@@ -9,8 +9,7 @@ model the call format before GRPO rewards using it.
 ``calculator`` evaluates arithmetic safely: an AST walk over numbers and ``+ - * / **`` with parentheses, exact
 (fractions, so ``0.1 + 0.2`` is ``0.3``), never ``eval``. Anything else, exponents that would make huge numbers and
 over-long input raise ``CalculatorError``; TRL returns its message to the model as the tool's answer and counts it
-in ``tools/failure_frequency``. ``unavailable_calculator`` has the same signature and refuses every call: with it,
-a tool-trained model is measured without the tool's help, on the same prompt.
+in ``tools/failure_frequency``.
 
 ``tool_use_reward`` pays for calls that help: only when the final answer is right, and only for the share of calls
 whose result the completion goes on to use. ``trace_coverage`` says how many notes of a set of rows become calls.
@@ -71,21 +70,6 @@ def calculator(expression: str) -> str:
     except SyntaxError as exc:
         raise CalculatorError(f"not arithmetic: {expression!r} ({exc.msg})") from None
     return format_result(_value(tree.body, source))
-
-
-UNAVAILABLE_MESSAGE = "the calculator is unavailable: work this step out yourself"
-
-
-def unavailable_calculator(expression: str) -> str:
-    """Compute an arithmetic expression exactly: numbers, + - * / ** and parentheses.
-
-    Args:
-        expression: The arithmetic to compute, for example "48/2" or "(3 + 4) * 2.5".
-
-    Returns:
-        Never a result: every call is refused with ``UNAVAILABLE_MESSAGE``, the error the model reads back.
-    """
-    raise CalculatorError(UNAVAILABLE_MESSAGE)
 
 
 def format_result(value: Fraction) -> str:
