@@ -1460,3 +1460,41 @@ def test_an_unreadable_checkpoint_is_called_unreadable_not_damaged(tmp_path, mon
     assert problem == (f"trainer_state.json, adapter_model.safetensors cannot be read by this user (permission "
                        f"denied: chmod -R a+r {unreadable})")  # fmt: skip
     assert run_folder.checkpoint_problem(tmp_path / "run" / "checkpoint-2") is None
+
+
+def notebook_cell(notebook: str, needle: str) -> str:
+    """The source of the one code cell of ``solutions/<notebook>`` that holds ``needle``."""
+    cells = json.loads((Path(__file__).parents[1] / "solutions" / notebook).read_text(encoding="utf-8"))["cells"]
+    [source] = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and needle in "".join(c["source"])]
+    return source
+
+
+class LockProbingTrainer:
+    """Stands in for the GRPOTrainer only to ask, mid-``train``, whether another process can take the run folder."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.state, self.other_process_refused = run_dir, SimpleNamespace(global_step=0), None
+
+    def add_callback(self, callback: object) -> None:
+        pass
+
+    def train(self, resume_from_checkpoint: str | None = None) -> SimpleNamespace:
+        probe = "import sys; from pathlib import Path; from course_utils.training import run_folder as f\n"
+        probe += "with f.locked(Path(sys.argv[1])):\n    pass"
+        taken = subprocess.run([sys.executable, "-c", probe, str(self.run_dir)], capture_output=True, text=True)
+        self.other_process_refused = taken.returncode != 0 and "is in use by another run" in taken.stderr
+        return SimpleNamespace(metrics={"train_runtime": 0.0})
+
+
+def test_notebook_04_holds_the_run_folder_while_its_trainer_trains(tmp_path):
+    from course_utils.training import run_callbacks
+
+    cpu_speed = SimpleNamespace(enabled=lambda _: contextlib.nullcontext())  # the plug-in is not what is asked here
+    earlier_run(tmp_path / "run")
+    trainer = LockProbingTrainer(tmp_path / "run")
+    namespace = {"trainer": trainer, "run_dir": tmp_path / "run", "run_callbacks": run_callbacks,
+                 "cpu_speed": cpu_speed, "run_folder": run_folder, "get_last_checkpoint": lambda _: None}  # fmt: skip
+    exec(notebook_cell("04_train_grpo.ipynb", "trainer.train(resume_from_checkpoint"), namespace)
+    assert trainer.other_process_refused is True
+    with run_folder.locked(tmp_path / "run"):  # released when training ends
+        pass
