@@ -159,6 +159,20 @@ def test_a_config_whose_widths_or_heads_the_weights_do_not_have_is_named(monkeyp
         models.load_tokenizer("gpu")
 
 
+@pytest.mark.parametrize("change", [{"tie_word_embeddings": False}, {"tie_word_embeddings": None}])
+def test_an_untied_config_without_an_output_layer_is_named(monkeypatch, copy_of, change):
+    """Untied (false, or left out: Qwen2's default) with no lm_head.weight: from_pretrained would start the output
+    layer random with a warning only, and the run would train on noise."""
+    folder = copy_of()
+    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in (config | change).items() if v is not None}
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv(MODEL_DIR_ENV_VAR, str(folder))
+    monkeypatch.setenv(rehearsal.REHEARSAL_ENV_VAR, "1")
+    with pytest.raises(ModelFolderError, match=r"tie_word_embeddings false, but the weights hold no lm_head.weight"):
+        models.load_tokenizer("gpu")
+
+
 def test_a_model_of_another_size_is_refused_unless_rehearsed_or_the_stand_in_and_then_said(
     monkeypatch, copy_of, capsys
 ):

@@ -107,6 +107,13 @@ def _check_weight_shapes(folder: Path, config: dict[str, Any], fix: str) -> None
             f"{MODEL_DIR_ENV_VAR}: {folder}/config.json does not match its weights ({'; '.join(wrong)}): the two "
             f"files come from different models. {fix}"
         )
+    if not config.get("tie_word_embeddings", False) and "lm_head.weight" not in shapes:  # qwen2's, llama's default
+        raise ModelFolderError(
+            f"{MODEL_DIR_ENV_VAR}: {folder}/config.json says tie_word_embeddings false, but the weights hold no "
+            "lm_head.weight: the output layer would start random and the model would write noise. Set "
+            f'"tie_word_embeddings": true in config.json if the model shares its embeddings (Qwen2.5-0.5B does), '
+            f"else copy the folder with its lm_head. {fix}"
+        )
 
 
 def _config_in_weights(shapes: dict[str, list[int]], config: dict[str, Any]) -> dict[str, Any]:
