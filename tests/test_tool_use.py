@@ -188,6 +188,17 @@ def test_an_idle_call_whose_result_is_digits_inside_the_answer_earns_nothing():
     assert tool_use_reward([used], answer=["12"]) == [TOOL_USE_REWARD]  # the same answer from the tool's result pays
 
 
+@pytest.mark.parametrize(
+    ("result", "later", "used"),
+    [("24", "72-24=48", 1), ("-24", "72-24=48", 0), ("-8", "so it is -8", 1), ("2", "3-(1)-2 is 0", 1),
+     ("12", "then 1,2 and 3", 0), ("1200", "1,200 in all", 1), ("2", "1,2345", 0), ("2.5", "2.5.", 1)],
+)  # fmt: skip
+def test_a_result_is_used_when_the_text_writes_that_number(result, later, used):
+    """A minus right after a digit is a subtraction, and commas group thousands only: numbers as a reader reads them."""
+    completion = _completion(("call", "x", "<reasoning>\n"), ("tool", result), later + ANSWER_72)
+    assert tool_calls_used(completion) == (1, used)
+
+
 def test_calling_for_nothing_never_beats_a_used_call():
     padded = [*USED[:-1], *_completion(("call", "2+2", "72 clips. "), ("tool", "4")), USED[-1]]
     assert tool_calls_used(padded) == (2, 1)

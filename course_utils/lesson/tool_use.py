@@ -257,7 +257,9 @@ def trace_coverage(rows: Iterable[Any]) -> TraceCoverage:
 # --- A reward for using the tool -----------------------------------------------------------------------
 
 TOOL_USE_REWARD = 0.5  # a quarter of the correctness reward: a bonus for a right answer, never a goal of its own
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+# A number as written: a minus right after a digit or ")" is a subtraction ("72-24" holds 24, not -24), and commas
+# count only as thousands separators ("1,200" is 1200; "1,2" is 1 and 2)
+_NUMBER = re.compile(r"(?<![\d)])-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
 
 
 def _numbers(text: str) -> set[Decimal]:
