@@ -169,6 +169,8 @@ def collapse_lines(seed: int, run_dir: Any, tokenizer: Any, log_history: Any) ->
         f"seed_{seed}_last_fifth_top_answer_share: {report.top_answer_share:.3f}",
         f"seed_{seed}_correct_share_first_fifth: {first_share:.3f}",
         f"seed_{seed}_correct_share_last_fifth: {last_share:.3f}",
+        f"seed_{seed}_correct_share_per_step: "
+        + " ".join(f"{share:.2f}" for share in monitoring.correct_share_per_step(log_history)),
     ]
     examples = list(frame["completion"][first])[:1] + list(frame["completion"][last])[-2:]
     for text in examples:
