@@ -145,6 +145,17 @@ def test_monitor_names_a_collapse_when_format_saturates_and_completions_shrink()
     assert "not convergence" in findings[0].fix
 
 
+def test_monitor_names_a_collapse_while_the_format_still_climbs_and_the_reasoning_shrinks() -> None:
+    """A run held near its start by the KL: the tags not yet at their ceiling at the last step, the text already
+    shrunk by a third, correctness flat (notebook 06's one-epoch warm start)."""
+    logs = history([55.0] * 4 + [45.0] * 12 + [37.0] * 4)
+    for i, entry in enumerate(logs):
+        entry |= dict.fromkeys(monitoring.FORMAT_REWARD_MAX, 0.1 + 0.3 * i / 19)
+    findings = [f for f in monitoring.monitor(logs) if f.code == "collapse"]
+    assert len(findings) == 1 and "format rewards climbed" in findings[0].message
+    assert "55 to 37 tokens" in findings[0].message
+
+
 def test_monitor_names_a_collapse_when_groups_stop_differing() -> None:
     logs = history([40.0] * 20, zero_std=0.8)
     for entry in logs[:10]:  # the format rewards climbed: the run learned the tags
@@ -163,7 +174,10 @@ def test_a_run_that_started_with_the_format_and_kept_its_lengths_has_no_signal_n
     "logs",
     [
         history([50.0] * 20),  # format learned, lengths kept: not shrinking
-        history([50.0] * 5 + [24.0] * 15, fmt=0.3),  # format not saturated
+        history([50.0] * 5 + [24.0] * 15, fmt=0.3),  # format neither saturated nor climbing
+        [e | dict.fromkeys(monitoring.FORMAT_REWARD_MAX, 0.1 + 0.3 * e["step"] / 20)
+         for e in history([50.0] * 20)],  # format climbing, lengths kept: learning the tags
+        history([50.0] * 5 + [40.0] * 15),  # format learned, lengths down a fifth: not shrinking
         history([50.0] * 5 + [24.0] * 15)[:9],  # too few steps to judge
     ],
 )

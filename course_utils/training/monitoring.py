@@ -33,7 +33,8 @@ THRESHOLDS: dict[str, float] = {
     "hack_reward_gain": 0.2,  # total reward up by at least this from the first third of the run to the last...
     "format_saturated": 0.9,  # every format reward's last-fifth mean at this share of its best: the tags are learned
     "correct_gain": 0.05,  # correct share up by less than this from the first fifth to the last: flat
-    "collapse_length_ratio": 0.6,  # last-fifth mean length under this share of the first fifth's: shrinking
+    "format_climb": 0.25,  # ...or the format rewards together up by this share of their ceiling: learning the tags
+    "collapse_length_ratio": 0.75,  # last-fifth mean length under this share of the first fifth's: shrinking
 }
 # ...and another reward rose by more than the course's five together (the task: a right answer, well formatted)
 TASK_REWARD_COLUMNS = tuple(
@@ -216,9 +217,9 @@ COLLAPSE_FIX = (
     "this is a collapse, not convergence: read the completions (training.collapse.collapse_report on the ones "
     "logged with log_completions=True). The format rewards pay a bare number in tags, and a warm start that reasons "
     "only some of the time lets GRPO drift to it: warm-start on reasoning the answer follows from "
-    "(warm_start_reasoning='equations') until it writes it nearly every time (warm_start_epochs); a lower learning "
-    "rate or weights on correctness alone did not prevent it (notebook 06, section 9; make bench-collapse measures "
-    "a change seed by seed)"
+    "(warm_start_reasoning='equations') until it writes it nearly every time (warm_start_epochs); the lab's "
+    "moderate rate and strong KL (3e-4, beta=0.2) did not prevent it (notebook 06, section 9; make bench-collapse "
+    "measures a change seed by seed)"
 )
 
 
@@ -231,10 +232,13 @@ def _fifths(logs: list[dict[str, Any]], key: str) -> tuple[float, float] | None:
 
 
 def _check_collapse(logs: list[dict[str, Any]]) -> list[Finding]:
-    """The format rewards saturate while the correct share stays flat and the completions shrink or stop differing.
+    """The format rewards saturate (or climb far) while the correct share stays flat and the completions shrink, or
+    they saturate and the groups stop differing.
 
     The reward curve of such a run climbs and then flattens like a converged one; what it learned is the tags
-    around a guess. At least 10 logged steps, first fifth against last.
+    around a guess. A run held near its start (a KL penalty) may still be climbing at its last step, its reasoning
+    already shrunk: that is the same drift, caught before the tags are at their ceiling. At least 10 logged steps,
+    first fifth against last.
     """
     formats = {key: _fifths(logs, key) for key in FORMAT_REWARD_MAX}
     correct, length = _fifths(logs, CORRECTNESS_KEY), _fifths(logs, "completions/mean_length")
@@ -243,19 +247,24 @@ def _check_collapse(logs: list[dict[str, Any]]) -> list[Finding]:
     saturated = all(f[1] >= THRESHOLDS["format_saturated"] * FORMAT_REWARD_MAX[k] for k, f in formats.items())
     learned_tags = not all(f[0] >= THRESHOLDS["format_saturated"] * FORMAT_REWARD_MAX[k] for k, f in formats.items())
     flat = correct[1] - correct[0] < THRESHOLDS["correct_gain"] * CORRECT_REWARD
+    ceiling = sum(FORMAT_REWARD_MAX.values())
+    pairs = [f for f in formats.values() if f is not None]
+    before, after = sum(f[0] for f in pairs), sum(f[1] for f in pairs)
+    climbed = after - before >= THRESHOLDS["format_climb"] * ceiling
     shrank = length[1] < THRESHOLDS["collapse_length_ratio"] * length[0]
     no_signal = (_fifths(logs, "frac_reward_zero_std") or (0.0, 0.0))[1] > THRESHOLDS["zero_std_high"]
     # Groups alike count only in a run that climbed to the format: one that started there (a warm start that always
     # writes it) and kept its lengths has no signal to learn from (zero_std_high), which is not a collapse
-    if not (saturated and flat and (shrank or (no_signal and learned_tags))):
+    if not (flat and (((saturated or climbed) and shrank) or (saturated and no_signal and learned_tags))):
         return []
+    tags = "saturated" if saturated else f"climbed ({before:.2f} -> {after:.2f} of their {ceiling:.1f})"
     zero_std = _fifths(logs, "frac_reward_zero_std")
     groups = f", {zero_std[1]:.0%} of the groups without signal" if zero_std else ""
     return [
         _finding(
             "collapse",
             _series(logs, "reward")[-1][0],
-            f"the format rewards saturated while the correct share stayed flat ({correct[0] / CORRECT_REWARD:.0%} "
+            f"the format rewards {tags} while the correct share stayed flat ({correct[0] / CORRECT_REWARD:.0%} "
             f"-> {correct[1] / CORRECT_REWARD:.0%}, first fifth to last) and the completions went from "
             f"{length[0]:.0f} to {length[1]:.0f} tokens{groups}: the model learned the tags around a guess",
             COLLAPSE_FIX,
@@ -277,8 +286,8 @@ RULES = (
 def monitor(log_history: Sequence[Mapping[str, Any]]) -> list[Finding]:
     """Apply the monitoring rules to a log history (``trainer.state.log_history`` or a CSV read back).
 
-    Rules: ``collapse`` (format saturated, correctness flat, completions shrinking or alike), ``reward_std`` (the
-    whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
+    Rules: ``collapse`` (format saturated or climbing, correctness flat, completions shrinking or alike),
+    ``reward_std`` (the whole batch's std) under 0.1, a sudden completion-length jump, ``kl`` rising
     steadily, a high ``frac_reward_zero_std``, a high clipped ratio, the total reward rising without the task
     rewards (``reward_without_task``, a reward hack). An empty list means nothing to report.
     """
