@@ -12,9 +12,11 @@ from transformers.utils import get_json_schema
 from trl.chat_template_utils import parse_response, qwen2_5_chat_template, supports_tool_calling
 
 from course_utils.core.profiles import get_profile
+from course_utils.lesson.data import load_gsm8k
 from course_utils.lesson.offline_model import materialize_offline_model
 from course_utils.lesson.tiny_qwen import save_tiny_qwen
 from course_utils.lesson.tool_use import calculator, tool_use_reward
+from course_utils.training import tool_lab
 from course_utils.training.run_logs import load_log_history
 from course_utils.training.tool_lab import (
     TRACE_MAX_TOKENS,
@@ -27,6 +29,7 @@ from course_utils.training.tool_lab import (
     tool_run_dir,
     tool_run_profile,
     tool_tokenizer,
+    tool_training_dataset,
     trace_completion_tokens,
     trace_dataset,
     trace_rows,
@@ -179,6 +182,22 @@ def test_the_profiles_completion_budget_holds_its_warm_start_traces(gsm8k_env, s
     tokenizer = tool_tokenizer(smollm2_tokenizer, profile)
     lengths = [trace_completion_tokens(tokenizer, row) for row in trace_dataset(profile, tokenizer)]
     assert share_over_budget(lengths, tool_run_profile(profile).max_completion_length) <= 0.1, sorted(lengths)
+
+
+def test_the_tool_run_trains_on_notebook_04s_problem_list_and_no_trace_is_one_of_them(gsm8k_env, smollm2_tokenizer,
+                                                                                      capsys):
+    """The list's problems are ones a warm start solves sometimes: right answers, and the tool reward with them,
+    occur in 16 steps. The traces walk back from the end of the split past them, and say how many they passed."""
+    tokenizer = tool_tokenizer(smollm2_tokenizer, "cpu")
+    raw = load_gsm8k("train", verbose=False)
+    traces = trace_rows("cpu", tokenizer)
+    assert "of GRPO's problems passed over" in capsys.readouterr().out
+    listed = tool_lab.listed_rows(get_profile("cpu"), raw)
+    assert listed and not listed & set(traces)
+    dataset = tool_training_dataset("cpu", tokenizer, traces[0])
+    questions = {raw[i]["question"] for i in listed}
+    assert len(dataset) == get_profile("cpu").train_size and set(dataset["question"]) <= questions
+    assert tool_lab.listed_rows(get_profile("ci"), raw) == set()  # no list: the rows before the traces
 
 
 def test_the_same_recipe_without_the_tool_has_its_own_folder_and_refuses_a_non_bool(gsm8k_env):

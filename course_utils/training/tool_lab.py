@@ -46,12 +46,12 @@ from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template, 
 from course_utils.core.paths import output_dir
 from course_utils.core.profiles import Profile, get_profile
 from course_utils.core.speedups import NO_SPEEDUPS, SpeedUps
-from course_utils.lesson.data import load_gsm8k
+from course_utils.lesson.data import from_bundled_sample, load_gsm8k
 from course_utils.lesson.data_checks import solution_steps
 from course_utils.lesson.formatting import build_prompt
 from course_utils.lesson.rewards import REWARD_FUNCS, grpo_reward_weights
 from course_utils.lesson.tool_use import calculator, tool_call_trace, tool_use_reward
-from course_utils.training import run_folder
+from course_utils.training import problem_choice, run_folder
 from course_utils.training.grpo_config import make_grpo_config
 from course_utils.training.grpo_prompts import training_dataset
 from course_utils.training.run import build_trainer, clear_run_dir, load_model_for_training
@@ -192,11 +192,14 @@ def trace_rows(profile: Profile | str | None, tokenizer: Any, folder: str | Path
     if p.tool_warm_start_examples < 1:
         raise ValueError(f"Profile {p.name!r} has tool_warm_start_examples={p.tool_warm_start_examples}: no traces")
     raw, limit = load_gsm8k("train", folder, verbose=False), p.tool_max_solution_steps
-    rows, long_steps, too_long = [], 0, 0
+    listed = listed_rows(p, raw)
+    rows, long_steps, too_long, grpo_problems = [], 0, 0, 0
     for index in range(len(raw) - 1, -1, -1):
         if len(rows) == p.tool_warm_start_examples:
             break
-        if limit is not None and solution_steps(raw[index]["answer"]) > limit:
+        if index in listed:
+            grpo_problems += 1
+        elif limit is not None and solution_steps(raw[index]["answer"]) > limit:
             long_steps += 1
         elif trace_tokens(tokenizer, trace_example(raw[index])) > TRACE_MAX_TOKENS:
             too_long += 1
@@ -209,9 +212,18 @@ def trace_rows(profile: Profile | str | None, tokenizer: Any, folder: str | Path
         )
     print(
         f"Warm-start traces: the last {len(rows)} train rows of at most {limit} solution steps and {TRACE_MAX_TOKENS} "
-        f"tokens ({long_steps} rows with more steps and {too_long} longer traces passed over)."
+        f"tokens ({long_steps} rows with more steps, {too_long} longer traces and {grpo_problems} of GRPO's problems "
+        "passed over)."
     )
     return sorted(rows)
+
+
+def listed_rows(p: Profile, raw: Any) -> set[int]:
+    """The train rows of the profile's problem list (GRPO's problems, never a trace); none without a list or on the
+    bundled sample, where no list applies."""
+    if p.problem_list is None or from_bundled_sample(raw):
+        return set()
+    return set(problem_choice.listed_rows(raw["question"], problem_choice.load_problem_list(p.problem_list)))
 
 
 def trace_dataset(profile: Profile | str | None, tokenizer: Any, folder: str | Path | None = None) -> Dataset:
@@ -268,12 +280,15 @@ def tool_reward_funcs() -> list[Callable[..., list[float]]]:
 
 
 def tool_training_dataset(profile: Profile | str | None, tokenizer: Any, first_trace_row: int | None = None) -> Any:
-    """The GRPO prompts of the tool run: notebook 04's rule (short prompts, ``tool_max_solution_steps``), from the
-    rows before ``first_trace_row`` (the warm start's traces), without notebook 04's problem list."""
+    """The GRPO prompts of the tool run: notebook 04's. Where the profile has a problem list, its problems (ones a
+    warm start solves sometimes, so that right answers occur in a few steps, and with them the tool reward, which
+    pays only a right answer; ``trace_rows`` leaves them out of the traces); else from the rows before
+    ``first_trace_row`` (the warm start's traces)."""
     p = get_profile(profile)
     rows = len(load_gsm8k("train", verbose=False))
     held = rows - first_trace_row if first_trace_row is not None else p.warm_start_examples
-    return training_dataset(tool_run_profile(p).override(warm_start_examples=held), tokenizer=tokenizer)
+    return training_dataset(tool_run_profile(p).override(warm_start_examples=held, problem_list=p.problem_list),
+                            tokenizer=tokenizer)  # fmt: skip
 
 
 @contextmanager
