@@ -273,12 +273,12 @@ def test_a_ci_tool_lab_trains_with_tools_and_logs_call_and_failure_frequencies(g
 
 @pytest.mark.parametrize("name", ["ci", "cpu", "cpu-long"])
 def test_the_warm_start_on_traces_keeps_its_own_recipe(name):
-    """Notebook 04's warm start trains three epochs on short equations; the traces keep the one epoch they were
-    measured with, whatever notebook 04's profile says."""
+    """The traces keep their own number of passes (three: one left most completions unformatted), whatever notebook
+    04's profile says (ci's warm start trains one)."""
     from course_utils.training.tool_lab import TOOL_WARM_START_EPOCHS, tool_warm_start_profile
 
     profile = get_profile(name)
     warm = tool_warm_start_profile(profile)
     assert warm.warm_start_examples == profile.tool_warm_start_examples
-    assert warm.warm_start_epochs == TOOL_WARM_START_EPOCHS == 1.0
+    assert warm.warm_start_epochs == TOOL_WARM_START_EPOCHS == 3.0
     assert warm.warm_start_learning_rate == profile.warm_start_learning_rate

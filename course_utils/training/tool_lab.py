@@ -236,12 +236,14 @@ def trace_dataset(profile: Profile | str | None, tokenizer: Any, folder: str | P
 # --- GRPO with the tool ----------------------------------------------------------------------------------
 
 
-TOOL_WARM_START_EPOCHS = 1.0  # one pass over the traces: the recipe make bench-tools measured
+# Three passes over the traces, as notebook 04's warm start: after one, most of the tool model's completions missed the
+# format (notebook 06's collapse lesson, again); three wrote it in most (make bench-tools measures the recipe)
+TOOL_WARM_START_EPOCHS = 3.0
 
 
 def tool_warm_start_profile(profile: Profile | str | None = None) -> Profile:
-    """The profile as the warm start on traces reads it: ``tool_warm_start_examples`` traces, one epoch (notebook
-    04's warm start trains longer, on targets a fifth as long)."""
+    """The profile as the warm start on traces reads it: ``tool_warm_start_examples`` traces, ``TOOL_WARM_START_EPOCHS``
+    passes whatever notebook 04's profile says."""
     p = get_profile(profile)
     return p.override(warm_start_examples=p.tool_warm_start_examples, warm_start_epochs=TOOL_WARM_START_EPOCHS)
 
