@@ -122,7 +122,7 @@ course: setup
 
 # Every benchmark's `name: value` lines, also written to $(BENCH_RESULTS) (the machine's lines come first).
 # The training comparisons (several whole `cpu` lab runs each, tens of minutes) are `make bench-long`, the tool lab and
-# its held-out measurement (about 45 minutes) `make bench-tools`.
+# its held-out measurement (about 95 minutes under the AVX2 proxy, 2 samples) `make bench-tools`.
 BENCH_RESULTS ?= benchmarks/results.txt
 # A bench writes its lines to <file>.new; only a finished run replaces <file>: $(call keep_results,<file>)
 keep_results = mv $(1).new $(1); echo "written: $(1)"
