@@ -202,7 +202,7 @@ bench-tools: setup
 
 # The course to look at before running it (scripts/render_course.py): every complete notebook executed under
 # RENDER_PROFILE into rendered/ (committed with its outputs, headed by the machine and date), and build/site/ as
-# HTML pages with an index. About 40 minutes under cpu on 2 cores; `--only 03` renders one notebook.
+# HTML pages with an index. 47 minutes under cpu on 2 cores (bf16 path); `--only 03` renders one notebook.
 RENDER_PROFILE ?= cpu
 RENDER_ARGS ?=
 render: setup
