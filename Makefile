@@ -122,7 +122,7 @@ course: setup
 
 # Every benchmark's `name: value` lines, also written to $(BENCH_RESULTS) (the machine's lines come first).
 # The training comparisons (several whole `cpu` lab runs each, tens of minutes) are `make bench-long`, the tool lab and
-# its held-out measurement (about 95 minutes under the AVX2 proxy, 2 samples) `make bench-tools`.
+# its held-out measurement `make bench-tools` (their times: the README's Benchmarks section).
 BENCH_RESULTS ?= benchmarks/results.txt
 # A bench writes its lines to <file>.new; only a finished run replaces <file>: $(call keep_results,<file>)
 keep_results = mv $(1).new $(1); echo "written: $(1)"
@@ -202,7 +202,7 @@ bench-tools: setup
 
 # The course to look at before running it (scripts/render_course.py): every complete notebook executed under
 # RENDER_PROFILE into rendered/ (committed with its outputs, headed by the machine and date), and build/site/ as
-# HTML pages with an index. 47 minutes under cpu on 2 cores (bf16 path); `--only 03` renders one notebook.
+# HTML pages with an index (its time: the README); `--only 03` renders one notebook.
 RENDER_PROFILE ?= cpu
 RENDER_ARGS ?=
 render: setup
