@@ -2,8 +2,10 @@
 
 Per seed: one lab run (the same warm start, GRPO with that seed, completions logged), then
 ``training.collapse.collapse_report`` over the last fifth of the steps' completions, the correct share of the
-first and last fifth, greedy accuracy on held-out problems, sampled pass@1 on fewer held-out problems, and sampled
-pass@1 on the lab's own training problems, each paired against the warm start with a bootstrap interval.
+first and last fifth, greedy accuracy on the whole GSM8K test split (a change of a point or two of 200 problems is
+within noise: the fixed and broken counts and McNemar's p say whether a change is one), sampled pass@1 on fewer
+held-out problems, and sampled pass@1 on the lab's own training problems, each paired against the warm start with a
+bootstrap interval.
 Prints ``name: value`` lines, ``lab_collapsed_seeds: K of N`` last.
 
 ``--set field=value`` changes a profile field for every run (one lever at a time: ``learning_rate=2e-4``,
@@ -35,6 +37,8 @@ from course_utils.core.profiles import get_profile
 from course_utils.evaluation.curves import load_warm_start_model
 from course_utils.evaluation.heldout import evaluate_model, heldout_set, load_for_evaluation
 from course_utils.evaluation.sampling import evaluate_sampled, paired_difference
+from course_utils.evaluation.stats import mcnemar_exact
+from course_utils.evaluation.tables import paired_counts
 from course_utils.evaluation.variant_tables import logged_completions, recorded_folder
 from course_utils.training import lab, monitoring
 from course_utils.training.collapse import collapse_report, first_fifth, last_fifth
@@ -44,13 +48,16 @@ SAMPLES = 8
 LAB_SAMPLES = 16  # the lab's 20 problems: 16 samples each, so the paired interval is not mostly sampling noise
 SAMPLE_SEED = 1  # fresh draws, as bench_heldout's
 SPEEDUPS = cpu_speed  # the CPU plug-in (appendix 99): the same training and samples, faster
+TEST_SPLIT_PROBLEMS = 1319  # GSM8K's test split, all of it
+EARLIER_GREEDY_PROBLEMS = 200  # the held-out set of the earlier results files, reported too so they compare
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--seeds", default="42,1,2,3", help="GRPO seeds, comma-separated")
-    parser.add_argument("--greedy-problems", type=int, default=200, help="held-out problems, greedy")
+    parser.add_argument("--greedy-problems", type=int, default=TEST_SPLIT_PROBLEMS,
+                        help="held-out problems, greedy (the first N of the test split; default: all)")
     parser.add_argument("--sampled-problems", type=int, default=50, help="held-out problems, sampled")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a profile field changed")
     parser.add_argument("--grpo", action="append", default=[], metavar="FIELD=VALUE", help="a GRPOConfig field changed")
@@ -142,9 +149,22 @@ def difference(prefix: str, warm: Mapping[str, Any], grpo: Mapping[str, Any]) ->
     return f"{prefix}: {warm['pass@1']:.3f} -> {grpo['pass@1']:.3f}, {d['difference']:+.4f} ({low:+.4f} to {high:+.4f})"
 
 
-def stage_lines(seed: int, warm: Mapping[str, dict], grpo: Mapping[str, dict]) -> list[str]:
+def greedy_lines(seed: int, warm: Mapping[str, Any], grpo: Mapping[str, Any]) -> list[str]:
+    """Greedy held-out accuracy, warm start -> GRPO, with the problems each alone solved and McNemar's p; and the
+    same on the first 200 problems, the earlier files' held-out set."""
+    broken, fixed = paired_counts(warm, grpo)
+    p_value = mcnemar_exact(broken, fixed)
+    first = [sum(r["correct"] for r in result["records"][:EARLIER_GREEDY_PROBLEMS]) for result in (warm, grpo)]
     return [
-        f"seed_{seed}_heldout_greedy: {warm['greedy']['accuracy']:.3f} -> {grpo['greedy']['accuracy']:.3f}",
+        f"seed_{seed}_heldout_greedy: {warm['accuracy']:.3f} -> {grpo['accuracy']:.3f} ({warm['n']} problems; "
+        f"fixed {fixed}, broken {broken}, McNemar p {p_value:.2f})",
+        f"seed_{seed}_heldout_greedy_first_{EARLIER_GREEDY_PROBLEMS}: {first[0]} -> {first[1]} of "
+        f"{min(warm['n'], EARLIER_GREEDY_PROBLEMS)}",
+    ]
+
+
+def stage_lines(seed: int, warm: Mapping[str, dict], grpo: Mapping[str, dict]) -> list[str]:
+    return greedy_lines(seed, warm["greedy"], grpo["greedy"]) + [
         f"seed_{seed}_heldout_format: {warm['greedy']['format_score']:.3f} -> {grpo['greedy']['format_score']:.3f}",
         difference(f"seed_{seed}_lab_problems_pass1", warm["lab"], grpo["lab"]),
     ] + ([difference(f"seed_{seed}_heldout_pass1", warm["heldout"], grpo["heldout"])] if grpo["heldout"] else [])
@@ -187,7 +207,7 @@ def main() -> None:
     profile = get_profile(args.profile).override(**changes) if changes else get_profile(args.profile)
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"collapse_profile: {profile.name} {(changes | grpo_changes) or '(as defined)'}; seeds {seeds}")
-    warm_scores, collapsed = None, 0
+    warm_scores, collapsed, out = None, 0, sys.stdout
     for seed in seeds:
         started = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
@@ -205,6 +225,7 @@ def main() -> None:
             if warm_scores is None:
                 warm_model, tokenizer = load_warm_start_model(profile, result.run_dir)
                 warm_scores = evaluate(warm_model, tokenizer, sets, profile)
+                print(f"heldout_greedy_problems: {len(sets['greedy'])} (the first of GSM8K's test split)", file=out)
             grpo_model, tokenizer = load_for_evaluation(profile)
         print("\n".join(stage_lines(seed, warm_scores, evaluate(grpo_model, tokenizer, sets, profile))), flush=True)
     print(f"lab_collapsed_seeds: {collapsed} of {len(seeds)}")

@@ -66,3 +66,25 @@ def test_a_kept_run_is_recorded_for_notebook_06_and_recording_again_replaces_it(
     weak = completions[completions["run"] == "weak"]
     assert sorted(set(weak["step"])) == [1, 2, 9, 10]  # the first and the last fifth of the steps only
     assert set(weak["window"]) == {"first fifth", "last fifth"} and weak["completion"].str.startswith("<answer>").all()
+
+
+def greedy_result(correct: list[bool]) -> dict:
+    """A greedy evaluation's result as evaluate_model returns it, reduced to what the greedy lines read."""
+    records = [{"index": i, "question": f"q{i}", "gold": str(i), "correct": right} for i, right in enumerate(correct)]
+    return {"n": len(correct), "accuracy": sum(correct) / len(correct), "records": records}
+
+
+def test_greedy_lines_count_fixed_and_broken_problems_and_the_first_200_apart(bench) -> None:
+    warm = [False] * 300
+    warm[5] = warm[250] = warm[260] = True  # one right among the first 200, two after
+    grpo = list(warm)
+    grpo[5] = False  # broken, in the first 200
+    grpo[100] = grpo[270] = grpo[280] = True  # fixed: one in the first 200, two after
+    overall, first = bench.greedy_lines(7, greedy_result(warm), greedy_result(grpo))
+    assert overall == "seed_7_heldout_greedy: 0.010 -> 0.017 (300 problems; fixed 3, broken 1, McNemar p 0.62)"
+    assert first == "seed_7_heldout_greedy_first_200: 1 -> 1 of 200"
+
+
+def test_greedy_lines_refuse_results_on_different_problems(bench) -> None:
+    with pytest.raises(ValueError, match="same set"):
+        bench.greedy_lines(7, greedy_result([True] * 3), greedy_result([True] * 4))
