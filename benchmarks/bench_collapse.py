@@ -207,7 +207,7 @@ def main() -> None:
     profile = get_profile(args.profile).override(**changes) if changes else get_profile(args.profile)
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"collapse_profile: {profile.name} {(changes | grpo_changes) or '(as defined)'}; seeds {seeds}")
-    warm_scores, collapsed, out = None, 0, sys.stdout
+    warm_scores, collapsed = None, 0
     for seed in seeds:
         started = time.perf_counter()
         with contextlib.redirect_stdout(sys.stderr):
@@ -225,7 +225,6 @@ def main() -> None:
             if warm_scores is None:
                 warm_model, tokenizer = load_warm_start_model(profile, result.run_dir)
                 warm_scores = evaluate(warm_model, tokenizer, sets, profile)
-                print(f"heldout_greedy_problems: {len(sets['greedy'])} (the first of GSM8K's test split)", file=out)
             grpo_model, tokenizer = load_for_evaluation(profile)
         print("\n".join(stage_lines(seed, warm_scores, evaluate(grpo_model, tokenizer, sets, profile))), flush=True)
     print(f"lab_collapsed_seeds: {collapsed} of {len(seeds)}")
