@@ -19,9 +19,11 @@ Prints ``name: value`` lines and writes everything (log histories, evaluations) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -144,7 +146,8 @@ def main() -> None:
         for preset in PRESETS:
             first = not runs
             run_dir = trained_model.default_run_dir(profile) if first else out_path.parent / f"{preset}-seed{seed}"
-            runs.append(one_run(profile, preset, seed, run_dir, test, keep_checkpoints=first))
+            with contextlib.redirect_stdout(sys.stderr):  # the trainers' per-step log lines are not results
+                runs.append(one_run(profile, preset, seed, run_dir, test, keep_checkpoints=first))
             report = {"profile": profile.name, "cpu": cpu_kind(), "reward_names": REWARD_NAMES, "runs": runs}
             out_path.write_text(json.dumps(report, indent=1, default=str))
     print(f"reward_curves_png: {plot_reward_curves(report, out_path.with_suffix('.png'))}")
